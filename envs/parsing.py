@@ -1,0 +1,215 @@
+"""The one tool-call parser, shared by envs, agents, evaluation and training.
+
+An action is the assistant's raw text for one turn. It may hold reasoning (``<think>...</think>``
+is ignored), one or more Hermes-style tool calls::
+
+    <tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>
+
+(the format of the Qwen2.5/Qwen3 and SmolLM2 chat templates), or a final answer in a tag::
+
+    <answer>5</answer>
+
+Parsing never raises on model output: every problem becomes a :class:`ParseIssue` with a short
+code (used as a metric) and a message written for the agent (shown as the next observation).
+A turn with any issue executes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Longest action the parser will look at, in characters; longer ones are flagged unparsed.
+MAX_ACTION_CHARS = 32_768
+#: Most tool calls accepted in one turn.
+MAX_TOOL_CALLS = 8
+
+#: Markup only the environment or the chat template may write. An action that contains it
+#: imitates tool results, turn boundaries or reward lines, and is not trusted.
+ENV_MARKUP: tuple[str, ...] = (
+    "<tool_response>",
+    "</tool_response>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<reward>",
+    "</reward>",
+    "[ENV]",
+)
+
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "arguments": self.arguments}, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ParseIssue:
+    """Why (part of) an action could not be used."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """The result of :func:`parse_action`."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    answer: str | None = None
+    issues: tuple[ParseIssue, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        """True when the action parsed cleanly (something to do and no issue)."""
+        return not self.issues
+
+    def describe_issues(self) -> str:
+        return "\n".join(f"Format error ({i.code}): {i.message}" for i in self.issues)
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """Render a tool call the way the parser expects it."""
+    return f"<tool_call>{ToolCall(name, arguments).to_json()}</tool_call>"
+
+
+def format_answer(answer: str, tag: str = "answer") -> str:
+    return f"<{tag}>{answer}</{tag}>"
+
+
+def coerce_text(action: Any) -> tuple[str, list[ParseIssue]]:
+    """Turn any action into a clean ``str`` and the issues met on the way.
+
+    Bytes are decoded as UTF-8 (undecodable bytes flagged), lone surrogates are replaced and
+    flagged, and control characters other than newline, tab and carriage return are removed and
+    flagged.
+    """
+    issues: list[ParseIssue] = []
+    if isinstance(action, bytes | bytearray):
+        try:
+            text = bytes(action).decode("utf-8")
+        except UnicodeDecodeError:
+            text = bytes(action).decode("utf-8", errors="replace")
+            issues.append(ParseIssue("non_utf8", "The action is not valid UTF-8."))
+    elif isinstance(action, str):
+        text = action
+    else:
+        return "", [ParseIssue("not_text", f"The action must be text, got {type(action).__name__}.")]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", errors="replace").decode("utf-8")
+        issues.append(ParseIssue("invalid_unicode", "The action holds unpaired surrogates."))
+    if _CONTROL_RE.search(text):
+        text = _CONTROL_RE.sub("", text)
+        issues.append(ParseIssue("control_chars", "The action holds control characters."))
+    return text, issues
+
+
+def _parse_call(body: str) -> ToolCall | ParseIssue:
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        msg = str(exc)[:200]
+        return ParseIssue("invalid_json", f"The tool call is not valid JSON ({msg}).")
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return ParseIssue(
+            "bad_tool_call",
+            'A tool call must be a JSON object {"name": "<tool>", "arguments": {...}}.',
+        )
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # some models emit the arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError):
+            args = None
+    if not isinstance(args, dict):
+        return ParseIssue("bad_tool_call", '"arguments" must be a JSON object.')
+    extra = set(obj) - {"name", "arguments"}
+    if extra:
+        return ParseIssue("bad_tool_call", f"Unexpected keys in the tool call: {sorted(extra)}.")
+    return ToolCall(obj["name"], args)
+
+
+def _find_tagged(text: str, tag: str) -> tuple[list[str], bool]:
+    """Bodies of ``<tag>...</tag>`` and whether every opened tag was closed."""
+    open_t, close_t = f"<{tag}>", f"</{tag}>"
+    bodies = re.findall(re.escape(open_t) + r"(.*?)" + re.escape(close_t), text, re.DOTALL)
+    balanced = text.count(open_t) == len(bodies) == text.count(close_t)
+    return bodies, balanced
+
+
+def parse_action(
+    action: Any,
+    *,
+    answer_tag: str = "answer",
+    max_chars: int = MAX_ACTION_CHARS,
+    max_tool_calls: int = MAX_TOOL_CALLS,
+) -> ParsedAction:
+    """Parse one assistant turn. Never raises on model output.
+
+    Args:
+        action: the raw action (normally ``str``; bytes and other types are flagged).
+        answer_tag: the tag that holds the final answer.
+        max_chars: actions longer than this are flagged ``action_too_long`` and not parsed.
+        max_tool_calls: more calls than this in one turn are flagged ``too_many_tool_calls``.
+    """
+    text, issues = coerce_text(action)
+    if len(text) > max_chars:
+        issues.append(
+            ParseIssue("action_too_long", f"The action has {len(text)} characters; the limit is {max_chars}.")
+        )
+        return ParsedAction(text[:max_chars], issues=tuple(issues))
+    visible = _THINK_RE.sub("", text)
+    imitated = [m for m in ENV_MARKUP if m in visible]
+    if imitated:
+        issues.append(
+            ParseIssue("markup_imitation", f"The action contains environment markup {imitated[:3]}; only the environment writes it.")
+        )
+    bodies, calls_balanced = _find_tagged(visible, "tool_call")
+    answers, answer_balanced = _find_tagged(visible, answer_tag)
+    if not calls_balanced:
+        issues.append(ParseIssue("unclosed_tag", "Every <tool_call> needs a matching </tool_call>."))
+    if not answer_balanced:
+        issues.append(ParseIssue("unclosed_tag", f"Every <{answer_tag}> needs a matching </{answer_tag}>."))
+    calls: list[ToolCall] = []
+    for body in bodies[: max_tool_calls + 1]:
+        parsed = _parse_call(body.strip())
+        if isinstance(parsed, ParseIssue):
+            issues.append(parsed)
+        else:
+            calls.append(parsed)
+    if len(bodies) > max_tool_calls:
+        issues.append(ParseIssue("too_many_tool_calls", f"At most {max_tool_calls} tool calls per turn."))
+    answer: str | None = None
+    if len(answers) > 1:
+        issues.append(ParseIssue("multiple_answers", f"Give exactly one <{answer_tag}>."))
+    elif answers:
+        answer = answers[0].strip()
+        if bodies:
+            issues.append(
+                ParseIssue("call_and_answer", "Either call tools or give the final answer, not both in one turn.")
+            )
+    if not bodies and not answers and calls_balanced and answer_balanced and not imitated:
+        issues.append(
+            ParseIssue(
+                "no_action",
+                f"No tool call and no answer found. Call a tool with <tool_call>{{...}}</tool_call> "
+                f"or answer with <{answer_tag}>...</{answer_tag}>.",
+            )
+        )
+    return ParsedAction(text, tuple(calls), answer, tuple(issues))

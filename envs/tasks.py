@@ -1,0 +1,148 @@
+"""Task records, task sets, and the jsonl reader every loader uses.
+
+A :class:`Task` is what one episode is about: a prompt, a gold answer the judges check
+against, and free-form metadata (difficulty level, gold passages, unit tests, ...).
+A :class:`TaskSet` is an ordered, id-addressable collection of tasks; envs pick from it with
+their own ``np_random`` or pin a task with ``reset(options={"task_id": ...})``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.errors import TaskError
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode's problem.
+
+    Attributes:
+        id: unique within its task set; ``reset(options={"task_id": id})`` pins it.
+        prompt: the text shown to the agent at ``reset``.
+        answer: the gold answer the judges compare with (str for most envs).
+        meta: anything else (difficulty ``level``, gold passages, tests, database path, ...).
+    """
+
+    id: str
+    prompt: str
+    answer: Any = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "prompt": self.prompt, "answer": self.answer, "meta": dict(self.meta)}
+
+
+class TaskSet:
+    """An ordered collection of tasks addressed by id.
+
+    Args:
+        tasks: the tasks; ids must be unique.
+        name: a label for messages (e.g. the file the tasks came from).
+    """
+
+    def __init__(self, tasks: Iterable[Task], name: str = "tasks"):
+        self._tasks = list(tasks)
+        self.name = name
+        if not self._tasks:
+            raise TaskError(f"{name}: no tasks; give a non-empty task file, list or generator.")
+        self._by_id: dict[str, Task] = {}
+        for t in self._tasks:
+            if t.id in self._by_id:
+                raise TaskError(f"{name}: duplicate task id {t.id!r}; task ids must be unique.")
+            self._by_id[t.id] = t
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._tasks)
+
+    def __getitem__(self, index: int) -> Task:
+        return self._tasks[index]
+
+    @property
+    def ids(self) -> list[str]:
+        return [t.id for t in self._tasks]
+
+    def get(self, task_id: str) -> Task:
+        """The task with this id; a :class:`TaskError` naming close ids if absent."""
+        try:
+            return self._by_id[str(task_id)]
+        except KeyError:
+            sample = ", ".join(self.ids[:5])
+            raise TaskError(
+                f"{self.name}: no task with id {task_id!r} ({len(self)} tasks, e.g. {sample})."
+            ) from None
+
+    def sample(self, rng: np.random.Generator) -> Task:
+        return self._tasks[int(rng.integers(len(self._tasks)))]
+
+    def filter(self, keep: Callable[[Task], bool]) -> TaskSet:
+        return TaskSet([t for t in self._tasks if keep(t)], name=self.name)
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, record)`` from a jsonl file; blank lines are skipped.
+
+    Raises:
+        TaskError: the file is missing, or a line is not a JSON object (with its line number).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise TaskError(f"Task file {str(p)!r} does not exist (or is not a file).")
+    with p.open("r", encoding="utf-8", errors="strict") as fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as exc:
+                    raise TaskError(f"{p}:{lineno}: not valid JSON ({exc}).") from None
+                if not isinstance(rec, dict):
+                    raise TaskError(f"{p}:{lineno}: each line must be a JSON object.")
+                yield lineno, rec
+        except UnicodeDecodeError as exc:
+            raise TaskError(f"{p}: not UTF-8 text ({exc}).") from None
+
+
+def require(rec: Mapping[str, Any], key: str, where: str) -> Any:
+    """``rec[key]`` or a :class:`TaskError` naming the place and the missing field."""
+    if key not in rec:
+        raise TaskError(f"{where}: missing field {key!r} (fields present: {sorted(rec)[:10]}).")
+    return rec[key]
+
+
+def as_task_set(
+    tasks: TaskSet | str | Path | Iterable[Task | Mapping[str, Any]] | None,
+    load_file: Callable[[str | Path], TaskSet],
+    generate: Callable[[], TaskSet],
+) -> TaskSet:
+    """Resolve an env's ``tasks`` argument.
+
+    ``None`` uses the env's seeded generator, a path is read with ``load_file``, and a list
+    may hold :class:`Task` objects or dicts with ``id``, ``prompt``, ``answer`` and ``meta``.
+    """
+    if tasks is None:
+        return generate()
+    if isinstance(tasks, TaskSet):
+        return tasks
+    if isinstance(tasks, str | Path):
+        return load_file(tasks)
+    out: list[Task] = []
+    for k, t in enumerate(tasks):
+        if isinstance(t, Task):
+            out.append(t)
+        elif isinstance(t, Mapping):
+            where = f"tasks[{k}]"
+            out.append(Task(str(t.get("id", k)), str(require(t, "prompt", where)), t.get("answer"), dict(t.get("meta", {}))))
+        else:
+            raise TaskError(f"tasks[{k}] must be a Task or a dict, got {type(t).__name__}.")
+    return TaskSet(out, name="tasks list")

@@ -1,0 +1,83 @@
+"""Judges by string id.
+
+Built-in ids are listed in :data:`BUILTIN_JUDGES` and imported lazily. Third-party packages add
+their own through the ``prm.judges`` entry-point group (``my-id = "mypkg.judges:factory"``) or by
+calling :func:`register_judge` at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from envs.errors import ConfigError
+from rewards.protocol import AsyncJudge, Judge
+
+JudgeFactory = Callable[..., Judge | AsyncJudge]
+
+#: id -> "module:attribute" of the factory (a class or a function returning a judge).
+BUILTIN_JUDGES: dict[str, str] = {
+    "rule/math_equiv": "rewards.rule:MathEquivJudge",
+    "rule/exact_match": "rewards.rule:ExactMatchJudge",
+    "rule/f1": "rewards.rule:F1Judge",
+    "rule/format": "rewards.rule:FormatJudge",
+    "rule/tool": "rewards.rule:ToolErrorJudge",
+}
+
+_registry: dict[str, JudgeFactory] = {}
+_entry_points_loaded = False
+
+
+def register_judge(judge_id: str, factory: JudgeFactory, *, overwrite: bool = False) -> None:
+    """Make ``judge_id`` resolvable by :func:`make_judge`.
+
+    Raises:
+        ConfigError: the id is malformed or already registered (pass ``overwrite=True``).
+    """
+    if "/" not in judge_id or judge_id.strip() != judge_id or " " in judge_id:
+        raise ConfigError(f"Judge id {judge_id!r} must look like 'family/name' with no spaces.")
+    if not overwrite and (judge_id in _registry or judge_id in BUILTIN_JUDGES):
+        raise ConfigError(f"Judge id {judge_id!r} is already registered; pass overwrite=True to replace it.")
+    _registry[judge_id] = factory
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group="prm.judges"):
+        if ep.name not in _registry:
+            _registry[ep.name] = ep.load()
+
+
+def _resolve(judge_id: str) -> JudgeFactory:
+    if judge_id in _registry:
+        return _registry[judge_id]
+    if judge_id in BUILTIN_JUDGES:
+        module, attr = BUILTIN_JUDGES[judge_id].split(":")
+        factory: JudgeFactory = getattr(importlib.import_module(module), attr)
+        _registry[judge_id] = factory
+        return factory
+    _load_entry_points()
+    if judge_id in _registry:
+        return _registry[judge_id]
+    raise ConfigError(
+        f"Unknown judge id {judge_id!r}. Known ids: {', '.join(available_judges())}. "
+        "Third-party judges register through the 'prm.judges' entry-point group."
+    )
+
+
+def available_judges() -> list[str]:
+    _load_entry_points()
+    return sorted(set(BUILTIN_JUDGES) | set(_registry))
+
+
+def make_judge(judge_id: str, **kwargs: Any) -> Judge | AsyncJudge:
+    """Build the judge registered under ``judge_id``; the instance's ``name`` is the id."""
+    judge = _resolve(judge_id)(**kwargs)
+    if not isinstance(judge, Judge | AsyncJudge):
+        raise ConfigError(f"Factory of {judge_id!r} returned {type(judge).__name__}, not a Judge.")
+    return judge

@@ -1,0 +1,186 @@
+"""Rule verifiers: deterministic, local judges.
+
+=====================  =======  ======  ==========================================
+id                     term     scope   score
+=====================  =======  ======  ==========================================
+``rule/math_equiv``    outcome  final   1.0 if the answer equals the gold (math-verify), else 0.0
+``rule/exact_match``   outcome  final   1.0 if the normalised answer equals a gold answer
+``rule/f1``            outcome  final   best SQuAD token F1 against the gold answers, in [0, 1]
+``rule/format``        format   turn    0.0 if the turn parsed cleanly, -1.0 otherwise
+``rule/tool``          tool     turn    minus the fraction of this turn's tool calls that failed
+                                        through the agent's fault, in [-1, 0]
+=====================  =======  ======  ==========================================
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from fractions import Fraction
+from typing import Any
+
+from envs.errors import JudgeError
+from rewards.types import Turn, Verdict
+
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+# math-verify's own timeouts use SIGALRM, which only works on the main thread. We disable them
+# and bound the call with a worker thread instead, so verification works from any thread.
+_VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="math-verify")
+
+
+def _plain_number(text: str) -> Fraction | None:
+    s = text.strip().strip("$").replace(",", "").replace(" ", "")
+    if re.fullmatch(r"[-+]?\d+(\.\d+)?", s) or re.fullmatch(r"[-+]?\d+/\d+", s):
+        try:
+            return Fraction(s)
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def _math_verify(gold: str, answer: str) -> bool:
+    from math_verify import parse, verify
+
+    g = parse(gold if "$" in gold or "\\" in gold else f"${gold}$", parsing_timeout=None)  # type: ignore[arg-type]
+    a = parse(answer if "$" in answer or "\\" in answer else f"${answer}$", parsing_timeout=None)  # type: ignore[arg-type]
+    if not g or not a:
+        return False
+    return bool(verify(g, a, timeout_seconds=None))
+
+
+def math_equal(gold: str, answer: str, timeout_s: float = 5.0) -> bool:
+    """True when ``answer`` is mathematically equal to ``gold``.
+
+    Plain numbers (``12``, ``-3.5``, ``7/2``) are compared exactly as fractions; anything else
+    goes through math-verify in a worker thread bounded by ``timeout_s``.
+
+    Raises:
+        JudgeError: math-verify did not finish within ``timeout_s``.
+    """
+    g, a = _plain_number(gold), _plain_number(answer)
+    if g is not None and a is not None:
+        return g == a
+    future = _VERIFY_POOL.submit(_math_verify, gold, answer)
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeout:
+        future.cancel()
+        raise JudgeError(f"math-verify took longer than {timeout_s}s on answer {answer[:80]!r}") from None
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def token_f1(gold: str, answer: str) -> float:
+    g, a = normalize_answer(gold).split(), normalize_answer(answer).split()
+    common = Counter(g) & Counter(a)
+    same = sum(common.values())
+    if not g or not a:
+        return float(g == a)
+    if same == 0:
+        return 0.0
+    p, r = same / len(a), same / len(g)
+    return 2 * p * r / (p + r)
+
+
+def gold_answers(answer: Any) -> list[str]:
+    if isinstance(answer, list | tuple):
+        return [str(a) for a in answer]
+    return [str(answer)]
+
+
+class _RuleJudge:
+    name = "rule/base"
+    term = "outcome"
+    scope = "final"
+
+    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
+        return [self.score_one(t) for t in turns]
+
+    def score_one(self, turn: Turn) -> Verdict:
+        raise NotImplementedError
+
+
+class MathEquivJudge(_RuleJudge):
+    """1.0 when the submitted answer equals the gold answer (math-verify), else 0.0.
+
+    Args:
+        timeout_s: bound on one verification; past it the judge raises ``JudgeError``.
+    """
+
+    name = "rule/math_equiv"
+
+    def __init__(self, timeout_s: float = 5.0):
+        self.timeout_s = timeout_s
+
+    def score_one(self, turn: Turn) -> Verdict:
+        if turn.answer is None:
+            return Verdict(0.0, detail="no answer")
+        ok = any(math_equal(g, turn.answer, self.timeout_s) for g in gold_answers(turn.task.answer))
+        return Verdict(1.0 if ok else 0.0, detail="equal" if ok else "not equal")
+
+
+class ExactMatchJudge(_RuleJudge):
+    """1.0 when the SQuAD-normalised answer equals any gold answer, else 0.0."""
+
+    name = "rule/exact_match"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        if turn.answer is None:
+            return Verdict(0.0, detail="no answer")
+        pred = normalize_answer(turn.answer)
+        ok = any(pred == normalize_answer(g) for g in gold_answers(turn.task.answer))
+        return Verdict(float(ok))
+
+
+class F1Judge(_RuleJudge):
+    """The best SQuAD token F1 of the answer against the gold answers, in [0, 1]."""
+
+    name = "rule/f1"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        if turn.answer is None:
+            return Verdict(0.0, detail="no answer")
+        return Verdict(max(token_f1(g, turn.answer) for g in gold_answers(turn.task.answer)))
+
+
+class FormatJudge(_RuleJudge):
+    """0.0 for a turn that parsed cleanly, -1.0 for a turn with any format issue."""
+
+    name = "rule/format"
+    term = "format"
+    scope = "turn"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        if turn.parsed.ok:
+            return Verdict(0.0)
+        return Verdict(-1.0, detail=",".join(i.code for i in turn.parsed.issues))
+
+
+class ToolErrorJudge(_RuleJudge):
+    """Minus the fraction of this turn's tool calls that failed through the agent's fault.
+
+    Infrastructure failures are not counted (the env flags those turns instead).
+    """
+
+    name = "rule/tool"
+    term = "tool"
+    scope = "turn"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        calls = [r for r in turn.tool_results if not r.infra_error]
+        if not calls:
+            return Verdict(0.0)
+        failed = sum(not r.ok for r in calls)
+        return Verdict(-failed / len(calls))
