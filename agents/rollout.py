@@ -1,0 +1,154 @@
+"""The episode loop: run envs with a policy and record trajectories token by token.
+
+:func:`rollout` steps a batch of envs in lockstep, sampling every live episode's next turn in
+one batched ``policy.generate`` call. Each :class:`Trajectory` holds the exact token ids the
+policy saw and sampled, a loss mask that is 1 only on sampled ids, the behaviour log-probs,
+and per-turn rewards and infos.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from agents.chat import ChatTemplate
+from agents.policy import Policy, SamplingParams
+
+
+@dataclass
+class TurnRecord:
+    """One agent turn of a trajectory.
+
+    Attributes:
+        action: the decoded text of the sampled ids.
+        observation: what the env returned.
+        reward: the env's reward for the turn; ``terms`` holds its ``reward_*`` terms.
+        status: the turn's ``reward_status`` (``ok`` or ``infra_error``).
+        start, end: the span of this turn's sampled ids in ``Trajectory.token_ids``.
+        info: the env's full info dict.
+    """
+
+    action: str
+    observation: str
+    reward: float
+    terms: dict[str, float]
+    status: str
+    start: int
+    end: int
+    info: dict[str, Any] = field(repr=False)
+
+
+@dataclass
+class Trajectory:
+    """One episode, as the trainer consumes it."""
+
+    task_id: str
+    prompt: str
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    policy_version: int = 0
+    seed: int | None = None
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def infra_error(self) -> bool:
+        return any(t.status == "infra_error" for t in self.turns)
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+    def extend(self, ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([int(trained)] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _live(envs: Sequence[gym.Env], trajs: list[Trajectory], done: list[bool]) -> list[int]:
+    return [i for i in range(len(envs)) if not done[i]]
+
+
+def rollout(
+    envs: Sequence[gym.Env],
+    policy: Policy,
+    chat: ChatTemplate,
+    *,
+    seeds: Sequence[int | None] | None = None,
+    task_ids: Sequence[str | None] | None = None,
+    sampling: SamplingParams = SamplingParams(),
+    max_context_tokens: int = 4096,
+) -> list[Trajectory]:
+    """Play one episode in each env, batching the policy's calls across envs.
+
+    Args:
+        envs: the envs (one episode each); pass the same ``task_id`` to all for a GRPO group.
+        policy: samples turns from prompt ids.
+        chat: renders observations into token ids.
+        seeds, task_ids: per-env ``reset`` seed and pinned task (None: the env's choice).
+        sampling: sampling settings for every turn.
+        max_context_tokens: an episode whose ids would exceed this is truncated.
+    """
+    n = len(envs)
+    seeds = list(seeds) if seeds is not None else [None] * n
+    task_ids = list(task_ids) if task_ids is not None else [None] * n
+    trajs: list[Trajectory] = []
+    prompts: list[list[int]] = []
+    for env, seed, tid in zip(envs, seeds, task_ids, strict=True):
+        obs, info = env.reset(seed=seed, options={"task_id": tid} if tid is not None else None)
+        ids = chat.prompt_ids(obs, info.get("tools", []))
+        traj = Trajectory(task_id=info["task_id"], prompt=obs, policy_version=policy.version, seed=seed)
+        traj.extend(ids, trained=False)
+        trajs.append(traj)
+        prompts.append(ids)
+    done = [False] * n
+    while not all(done):
+        live = _live(envs, trajs, done)
+        gens = policy.generate([trajs[i].token_ids for i in live], sampling)
+        for i, gen in zip(live, gens, strict=True):
+            traj, start = trajs[i], len(trajs[i].token_ids)
+            traj.extend(gen.token_ids, trained=True, logprobs=gen.logprobs)
+            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
+            terms = {k[7:]: float(v) for k, v in info.items() if k.startswith("reward_") and k != "reward_status"}
+            traj.turns.append(
+                TurnRecord(gen.text, obs, float(reward), terms, info.get("reward_status", "ok"), start, len(traj.token_ids), info)
+            )
+            if terminated or truncated:
+                traj.terminated, traj.truncated, done[i] = bool(terminated), bool(truncated), True
+                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
+                continue
+            nxt = chat.observation_ids(obs, gen.token_ids)
+            if len(traj.token_ids) + len(nxt) + sampling.max_new_tokens > max_context_tokens:
+                traj.truncated, done[i] = True, True
+                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
+                continue
+            traj.extend(nxt, trained=False)
+    return trajs
+
+
+def run_episode(
+    env: gym.Env,
+    policy: Policy,
+    chat: ChatTemplate,
+    *,
+    seed: int | None = None,
+    task_id: str | None = None,
+    sampling: SamplingParams = SamplingParams(),
+    max_context_tokens: int = 4096,
+) -> Trajectory:
+    """Play one episode (see :func:`rollout`)."""
+    return rollout(
+        [env], policy, chat, seeds=[seed], task_ids=[task_id], sampling=sampling, max_context_tokens=max_context_tokens
+    )[0]

@@ -1,0 +1,128 @@
+"""The retrieval interface every backend implements, and the passage record it returns.
+
+A backend answers ``search(query, k)`` with a ranked list of :class:`Passage` and
+``search_batch(queries, k)`` with one list per query. Backends raise
+:class:`envs.errors.RetrievalError` when their infrastructure fails (a server
+down or slow) and :class:`envs.errors.ToolError` when the query itself is unusable; a bad
+corpus file or a missing index directory is a :class:`envs.errors.ConfigError` at construction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from envs.errors import ConfigError, ToolError
+
+#: Longest query any backend accepts, in characters.
+MAX_QUERY_CHARS = 1024
+#: Most passages one query may ask for.
+MAX_K = 100
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved passage.
+
+    Attributes:
+        id: the corpus id.
+        title: the title ("" when the corpus has none).
+        text: the body text.
+        score: the backend's score (higher is better).
+    """
+
+    id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+    @property
+    def contents(self) -> str:
+        """Title and text in the pyserini / Search-R1 ``contents`` layout."""
+        return f'"{self.title}"\n{self.text}' if self.title else self.text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "text": self.text, "contents": self.contents}
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A retrieval backend: the embedded BM25 index, pyserini, dense, or an HTTP client."""
+
+    name: str
+
+    def search(self, query: str, k: int = 3) -> list[Passage]: ...
+
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]: ...
+
+    def close(self) -> None: ...
+
+
+def check_query(query: Any, k: Any) -> str:
+    """The query stripped, or a :class:`ToolError` saying what is wrong with it or ``k``."""
+    if not isinstance(query, str):
+        raise ToolError(f"query must be a string, got {type(query).__name__}.")
+    q = query.strip()
+    if not q:
+        raise ToolError("query is empty; search for a few keywords, e.g. the name you are looking for.")
+    if len(q) > MAX_QUERY_CHARS:
+        raise ToolError(f"query has {len(q)} characters; the limit is {MAX_QUERY_CHARS}. Use a few keywords.")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ToolError(f"k must be an integer from 1 to {MAX_K}, got {k!r}.")
+    return q
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """``(title, text)`` of a pyserini ``contents`` string (``"Title"\\ntext``)."""
+    head, sep, rest = contents.partition("\n")
+    if sep and len(head) >= 2 and head.startswith('"') and head.endswith('"'):
+        return head[1:-1], rest
+    return "", contents
+
+
+def passage_from_record(rec: dict[str, Any], where: str) -> Passage:
+    """A passage from a corpus record: ``{"id","contents"}`` or ``{"id","title","text"}``."""
+    if "id" not in rec and "docid" not in rec:
+        raise ConfigError(f"{where}: missing field 'id' (fields present: {sorted(rec)[:10]}).")
+    pid = str(rec.get("id", rec.get("docid")))
+    if "text" in rec:
+        return Passage(pid, str(rec.get("title", "")), str(rec["text"]))
+    if "contents" in rec:
+        title, text = split_contents(str(rec["contents"]))
+        return Passage(pid, str(rec.get("title", title)), text)
+    raise ConfigError(f"{where}: needs 'contents' or 'text' (fields present: {sorted(rec)[:10]}).")
+
+
+def read_corpus(path: str | Path) -> Iterator[Passage]:
+    """Passages of a jsonl corpus file; a :class:`ConfigError` names the first bad line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"Corpus file {str(p)!r} does not exist (or is not a file).")
+    with p.open("r", encoding="utf-8", errors="strict") as fh:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, start=1):  # noqa: B007
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{p}:{lineno}: not valid JSON ({exc}).") from None
+                if not isinstance(rec, dict):
+                    raise ConfigError(f"{p}:{lineno}: each line must be a JSON object.")
+                yield passage_from_record(rec, f"{p}:{lineno}")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{p}: line {lineno + 1} is not UTF-8 text ({exc}).") from None
+
+
+def write_corpus(passages: Sequence[Passage], path: str | Path) -> Path:
+    """Write ``passages`` as a ``{"id","title","text","contents"}`` jsonl corpus."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", encoding="utf-8") as fh:
+        for psg in passages:
+            fh.write(json.dumps(psg.to_dict(), ensure_ascii=False) + "\n")
+    return p

@@ -1,0 +1,186 @@
+"""Search tasks: a seeded fictional world rendered into a passage corpus, its questions, and
+loaders for NQ / HotpotQA-style QA files.
+
+The world has countries, cities, companies and people with attributes (years, rivers,
+professions) and relations (born in, works for, founded by, headquartered in, capital of).
+All names are invented from syllables, so no model can know an answer without retrieving it.
+Each entity becomes one passage; each question records the ids of the passages that prove
+its answer (``meta["gold_ids"]``), so the retrieval reward can measure recall.
+
+Question kinds: single-hop (one passage) and multi-hop (2 or 3 passages chained through a
+bridge entity, as in HotpotQA / Tree-GRPO's multi-hop QA).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.errors import TaskError
+from envs.search_index.protocol import Passage
+from envs.tasks import Task, TaskSet, read_jsonl, require
+
+_SYL = (
+    "ka ve lo ri mu sa to ne zi fa do ba qu el an or ist ul yr th ar en ol ix "
+    "mar tel vin cor dal rus hel kem lor nap sor tav wyn zed bri gal"
+).split()
+_RIVERS = "Ossel Varn Tibra Quell Mirran Sable Harth Lunet Corva Estril Pellan Duvra".split()
+_JOBS = "botanist cartographer engineer violinist surgeon chemist sculptor archivist pilot judge".split()
+_INDUSTRIES = "shipbuilding textiles glassware robotics publishing mining tea optics".split()
+_SPLITS = {"train": 0, "test": 1, "validation": 2}
+
+
+@dataclass
+class World:
+    """Entities by kind; each entity is a dict of attributes with ``id`` and ``name``."""
+
+    countries: list[dict[str, Any]] = field(default_factory=list)
+    cities: list[dict[str, Any]] = field(default_factory=list)
+    companies: list[dict[str, Any]] = field(default_factory=list)
+    people: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _namer(rng: np.random.Generator) -> Callable[[int], str]:
+    used: set[str] = set()
+
+    def name(syllables: int) -> str:
+        while True:
+            word = "".join(_SYL[int(i)] for i in rng.integers(len(_SYL), size=syllables)).capitalize()
+            if word not in used and len(word) > 3:
+                used.add(word)
+                return word
+
+    return name
+
+
+def generate_world(n_people: int = 300, seed: int = 0) -> World:
+    """A world with ``n_people`` people and proportionally many companies, cities, countries."""
+    if n_people < 4:
+        raise TaskError(f"n_people must be >= 4, got {n_people}.")
+    rng = np.random.default_rng([seed, 7])
+    name = _namer(rng)
+    w = World()
+    for i in range(max(3, n_people // 40)):
+        w.countries.append({"id": f"country-{i}", "name": f"{name(3)}ia", "currency": name(2).lower()})
+    for i in range(max(6, n_people // 10)):
+        country = w.countries[int(rng.integers(len(w.countries)))]
+        w.cities.append({"id": f"city-{i}", "name": name(3), "country": country["name"],
+                         "river": _RIVERS[int(rng.integers(len(_RIVERS)))], "founded": int(rng.integers(800, 1900))})
+    for c in w.countries:
+        home = [x for x in w.cities if x["country"] == c["name"]] or w.cities
+        c["capital"] = home[int(rng.integers(len(home)))]["name"]
+    first, last = [name(2) for _ in range(max(8, n_people // 8))], [name(3) for _ in range(n_people)]
+    for i in range(n_people):
+        city = w.cities[int(rng.integers(len(w.cities)))]
+        w.people.append({"id": f"person-{i}", "name": f"{first[int(rng.integers(len(first)))]} {last[i]}",
+                         "born_in": city["name"], "born": int(rng.integers(1900, 2001)),
+                         "job": _JOBS[int(rng.integers(len(_JOBS)))]})
+    for i in range(max(4, n_people // 5)):
+        founder = w.people[int(rng.integers(n_people))]
+        w.companies.append({"id": f"company-{i}", "name": f"{name(2)} {_INDUSTRIES[i % len(_INDUSTRIES)].capitalize()}",
+                            "hq": w.cities[int(rng.integers(len(w.cities)))]["name"],
+                            "founded": int(rng.integers(1850, 2020)), "founder": founder["name"]})
+    for p in w.people:
+        p["employer"] = w.companies[int(rng.integers(len(w.companies)))]["name"]
+    return w
+
+
+def world_passages(w: World) -> list[Passage]:
+    """One passage per entity, ids equal to the entity ids."""
+    out = [Passage(c["id"], c["name"], f"{c['name']} is a country. Its capital city is {c['capital']}, "
+                   f"and its currency is the {c['currency']}.") for c in w.countries]
+    out += [Passage(c["id"], c["name"], f"{c['name']} is a city in {c['country']}. It was founded in "
+                    f"{c['founded']} on the banks of the river {c['river']}.") for c in w.cities]
+    out += [Passage(c["id"], c["name"], f"{c['name']} is a {c['name'].split()[-1].lower()} company founded in "
+                    f"{c['founded']} by {c['founder']}. Its headquarters are in {c['hq']}.") for c in w.companies]
+    out += [Passage(p["id"], p["name"], f"{p['name']} (born {p['born']}) is a {p['job']} who was born in "
+                    f"{p['born_in']}. {p['name'].split()[-1]} works for {p['employer']}.") for p in w.people]
+    return out
+
+
+def _by_name(w: World) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for kind in (w.countries, w.cities, w.companies, w.people) for e in kind}
+
+
+def _question(w: World, names: dict[str, dict[str, Any]], rng: np.random.Generator) -> tuple[str, str, list[str], str]:
+    """(question, answer, gold passage ids, kind) for one random question."""
+    p = w.people[int(rng.integers(len(w.people)))]
+    city, comp = names[p["born_in"]], names[p["employer"]]
+    country = names[city["country"]]
+    kind = int(rng.integers(8))
+    if kind == 0:
+        return f"In which city was {p['name']} born?", city["name"], [p["id"]], "single"
+    if kind == 1:
+        return f"In what year was {p['name']} born?", str(p["born"]), [p["id"]], "single"
+    if kind == 2:
+        return f"Which company does {p['name']} work for?", comp["name"], [p["id"]], "single"
+    if kind == 3:
+        return f"In what year was {comp['name']} founded?", str(comp["founded"]), [comp["id"]], "single"
+    if kind == 4:
+        return f"In which country was {p['name']} born?", country["name"], [p["id"], city["id"]], "multi"
+    if kind == 5:
+        return (f"Who founded the company that {p['name']} works for?", comp["founder"],
+                [p["id"], comp["id"]], "multi")
+    if kind == 6:
+        return (f"Which river flows through the city where {p['name']} was born?", city["river"],
+                [p["id"], city["id"]], "multi")
+    return (f"What is the capital city of the country where {p['name']} was born?", country["capital"],
+            [p["id"], city["id"], country["id"]], "multi")
+
+
+def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "train") -> TaskSet:
+    """``n`` single- and multi-hop questions about ``w``; ``meta`` holds gold ids and hops."""
+    if split not in _SPLITS:
+        raise TaskError(f"split must be one of {sorted(_SPLITS)}, got {split!r}.")
+    if n < 1:
+        raise TaskError(f"the number of tasks must be >= 1, got {n}.")
+    rng = np.random.default_rng([seed, _SPLITS[split], 11])
+    names = _by_name(w)
+    tasks = []
+    for k in range(n):
+        q, a, gold, kind = _question(w, names, rng)
+        meta = {"gold_ids": gold, "hops": len(gold), "kind": kind}
+        tasks.append(Task(f"search-{split}-{seed}-{k:05d}", q, [a], meta))
+    return TaskSet(tasks, name=f"generated search ({split}, seed {seed})")
+
+
+def _qa_record(rec: dict[str, Any], where: str, default_id: str) -> Task:
+    question = str(require(rec, "question", where)).strip()
+    raw = rec.get("golden_answers", rec.get("answers", rec.get("answer")))
+    if raw is None:
+        raise TaskError(f"{where}: missing field 'golden_answers' or 'answer' (fields present: {sorted(rec)[:10]}).")
+    if isinstance(raw, dict) and "text" in raw:  # SQuAD-style {"text": [...]}
+        raw = raw["text"]
+    answers = [str(a) for a in (raw if isinstance(raw, list | tuple) else [raw]) if str(a).strip()]
+    if not question or not answers:
+        raise TaskError(f"{where}: 'question' and the gold answers must be non-empty.")
+    meta: dict[str, Any] = {k: rec[k] for k in ("gold_ids", "type", "level") if k in rec}
+    facts = rec.get("supporting_facts")
+    if isinstance(facts, list):  # HotpotQA: [[title, sentence_index], ...]
+        meta["gold_titles"] = sorted({str(f[0]) for f in facts if isinstance(f, list | tuple) and f})
+    return Task(str(rec.get("id", rec.get("_id", default_id))), question, answers, meta)
+
+
+def load_qa_file(path: str | Path) -> TaskSet:
+    """Load NQ / HotpotQA-style QA: jsonl lines (or a .json list) with ``question`` and
+    ``golden_answers`` (list) or ``answer`` (str or list); optional ``id``/``_id``,
+    ``gold_ids`` (passage ids) and HotpotQA ``supporting_facts`` (recorded as gold titles)."""
+    p = Path(path)
+    if p.suffix == ".json":
+        if not p.is_file():
+            raise TaskError(f"Task file {str(p)!r} does not exist (or is not a file).")
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise TaskError(f"{p}: not valid JSON ({exc}).") from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise TaskError(f"{p}: a .json task file must hold a list of objects.")
+        tasks = [_qa_record(r, f"{p}[{i}]", f"item-{i}") for i, r in enumerate(data)]
+    else:
+        tasks = [_qa_record(r, f"{p}:{n}", f"line-{n}") for n, r in read_jsonl(p)]
+    return TaskSet(tasks, name=str(p))

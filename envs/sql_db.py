@@ -1,0 +1,254 @@
+"""Read-only SQLite databases for the SQL env and its judges.
+
+:class:`SQLiteDatabase` opens one database so that nothing the agent sends can change it or
+anything else on disk:
+
+* the file is opened through a ``mode=ro`` URI (or copied into memory first, ``copy=True``);
+* ``PRAGMA query_only`` is set and an authorizer allows only reads (``SELECT``, ``WITH``,
+  ``UNION``, functions and a list of read-only pragmas); ``ATTACH`` is limited to 0 databases,
+  so no statement can create, write or attach files;
+* every query has a wall-clock limit enforced by a progress handler (runaway recursive CTEs,
+  cartesian joins), a cap on the length of any string or blob it builds, and a cap on the rows
+  fetched.
+
+Failures are typed: the agent's own mistakes (broken SQL, a write, a timeout) raise
+:class:`envs.errors.ToolError`; a missing or non-SQLite database raises :class:`DatabaseError`,
+an :class:`envs.errors.InfraError`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from envs.errors import InfraError, ToolError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Pragmas a query may use: each only reads (its argument names a table or an index).
+READ_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list", "table_list"}
+)
+_ALLOWED_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+_PROGRESS_OPS = 2000  # VM instructions between two clock checks
+#: sqlite messages that mean the database, not the query, is broken.
+_INFRA_MARKERS = ("malformed", "not a database", "unable to open", "disk I/O", "closed database")
+
+
+class DatabaseError(InfraError):
+    """The database is missing, unreadable or not a database of the expected kind."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Rows of one read-only query.
+
+    Attributes:
+        columns: the column names.
+        rows: at most ``max_rows`` rows (all of them when ``max_rows`` is None).
+        truncated: True when the query had more rows than were fetched.
+        latency_s: wall-clock seconds the query took.
+    """
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    truncated: bool = False
+    latency_s: float = 0.0
+
+
+class Database(Protocol):
+    """What the SQL env and judges need from a backend (SQLite, PostgreSQL)."""
+
+    name: str
+
+    def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float = 5.0) -> QueryResult: ...
+
+    def tables(self) -> list[str]: ...
+
+    def describe(self, table: str) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def check_sqlite_file(path: str | Path) -> Path:
+    """``path`` as a Path after checking it exists and starts with the SQLite header.
+
+    Raises:
+        DatabaseError: the file is missing, unreadable or not an SQLite 3 database.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DatabaseError(f"SQLite database {str(p)!r} does not exist (or is not a file).")
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise DatabaseError(f"SQLite database {str(p)!r} cannot be read: {exc}.") from None
+    if head != SQLITE_MAGIC:
+        raise DatabaseError(f"{str(p)!r} is not an SQLite 3 database (wrong file header).")
+    return p
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a double-quoted SQL identifier (any unicode, quotes doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _authorizer(action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None) -> int:
+    if action in _ALLOWED_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def connect_readonly(path: str | Path, *, copy: bool = False, max_length: int = 10_000_000) -> sqlite3.Connection:
+    """A guarded read-only connection to the SQLite file at ``path`` (see the module doc).
+
+    Args:
+        path: the database file.
+        copy: copy the database into memory first, so the episode has its own copy.
+        max_length: the longest string or blob a query may build, in bytes.
+
+    Raises:
+        DatabaseError: the file is missing or not an SQLite database.
+    """
+    p = check_sqlite_file(path)
+    uri = f"file:{quote(str(p.resolve()))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        if copy:
+            mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            conn.backup(mem)
+            conn.close()
+            conn = mem
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"cannot open SQLite database {str(p)!r}: {exc}.") from None
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
+    conn.set_authorizer(_authorizer)
+    return conn
+
+
+def agent_message(exc: Exception) -> str:
+    """A short explanation of a failed query, written for the agent."""
+    msg = str(exc)
+    if any(k in msg for k in ("not authorized", "authorization denied", "readonly", "query_only")):
+        return "only read-only queries (SELECT / WITH) are allowed; the statement was refused."
+    if "interrupted" in msg:
+        return "the query ran past its time limit and was stopped; avoid unbounded joins or recursion."
+    if "one statement at a time" in msg:
+        return "send exactly one SQL statement per query."
+    return f"{type(exc).__name__}: {msg}"
+
+
+class SQLiteDatabase:
+    """One guarded, read-only SQLite database.
+
+    Args:
+        path: the ``.sqlite`` file.
+        copy: run on a private in-memory copy instead of a read-only view of the file.
+    """
+
+    def __init__(self, path: str | Path, *, copy: bool = False):
+        self.path = Path(path)
+        self.name = self.path.stem
+        self._conn: sqlite3.Connection | None = connect_readonly(path, copy=copy)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise DatabaseError(f"database {self.name!r} is closed.")
+        return self._conn
+
+    def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float = 5.0) -> QueryResult:
+        """Run one read-only statement and fetch up to ``max_rows`` rows.
+
+        Raises:
+            ToolError: the SQL is broken, writes, holds several statements or runs too long.
+            DatabaseError: the database itself failed (corrupt, vanished).
+        """
+        conn = self.conn
+        start = time.perf_counter()
+        deadline = start + timeout_s
+        conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_OPS)
+        cur = conn.cursor()
+        try:
+            cur.execute(sql)
+            if max_rows is None:
+                rows, truncated = cur.fetchall(), False
+            else:
+                rows = cur.fetchmany(max_rows + 1)
+                truncated = len(rows) > max_rows
+                rows = rows[:max_rows]
+            columns = tuple(d[0] for d in cur.description or ())
+        except sqlite3.Error as exc:
+            if any(k in str(exc) for k in _INFRA_MARKERS):
+                raise DatabaseError(f"database {self.name!r} failed: {exc}.") from None
+            raise ToolError(agent_message(exc)) from None
+        except (ValueError, OverflowError, MemoryError) as exc:
+            raise ToolError(agent_message(exc)) from None
+        finally:
+            cur.close()
+            conn.set_progress_handler(None, 0)
+            if conn.in_transaction:
+                conn.rollback()
+        return QueryResult(columns, tuple(rows), truncated, time.perf_counter() - start)
+
+    def tables(self) -> list[str]:
+        rows = self.query(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).rows
+        return [str(r[0]) for r in rows]
+
+    def describe(self, table: str) -> str:
+        """Columns (type, key), foreign keys and three sample rows of ``table``.
+
+        Raises:
+            ToolError: no such table.
+        """
+        if table not in self.tables():
+            raise ToolError(f"no table named {table!r}; tables: {self.tables()}.")
+        cols = [(r[1], r[2], r[5]) for r in self.query(f"PRAGMA table_info({_lit(table)})").rows]
+        fks = [(r[3], r[2], r[4]) for r in self.query(f"PRAGMA foreign_key_list({_lit(table)})").rows]
+        lines = [f"TABLE {quote_ident(table)}"]
+        lines += [f"  {quote_ident(c)} {t or 'ANY'}{' PRIMARY KEY' if pk else ''}" for c, t, pk in cols]
+        lines += [f"  FOREIGN KEY ({quote_ident(a)}) REFERENCES {quote_ident(b)}({quote_ident(str(c))})" for a, b, c in fks]
+        sample = self.query(f"SELECT * FROM {quote_ident(table)} LIMIT 3")
+        lines.append("Sample rows:")
+        lines.append(format_result(sample, max_chars=2000))
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def format_result(result: QueryResult, *, max_chars: int = 4000, max_cell: int = 80) -> str:
+    """``result`` as a pipe-separated text table, cut to ``max_chars`` characters."""
+    def cell(v: Any) -> str:
+        s = "NULL" if v is None else (f"<blob {len(v)} bytes>" if isinstance(v, bytes) else str(v))
+        s = s.replace("\n", " ").replace("|", "/")
+        return s if len(s) <= max_cell else s[: max_cell - 3] + "..."
+
+    lines = [" | ".join(result.columns)]
+    lines += [" | ".join(cell(v) for v in row) for row in result.rows]
+    text = "\n".join(lines)
+    if len(text) > max_chars:
+        text = text[:max_chars] + "\n[... output cut]"
+    n = len(result.rows)
+    more = f"showing the first {n} rows; the query returned more" if result.truncated else f"{n} rows"
+    return f"{text}\n({more})"
