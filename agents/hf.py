@@ -46,7 +46,8 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
         tok = tiny_tokenizer()
         return tiny_model(len(tok), seed=seed), tok
     if name == "smollm2-135m":
-        path, gguf = smollm2_dir(), SMOLLM2_GGUF
+        gguf: str | None = SMOLLM2_GGUF
+        path = smollm2_dir()
     else:
         path = Path(name).expanduser()
         if not path.is_dir():
@@ -97,7 +98,9 @@ class HFPolicy:
             for r, lp, f in zip(rows, lps, finish, strict=True)
         ]
 
-    def _sample(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> tuple[list[list[int]], list[list[float]], list[str]]:
+    def _sample(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> tuple[list[list[int]], list[list[float]], list[str]]:
         import torch
 
         device = next(self.model.parameters()).device
@@ -135,8 +138,11 @@ class HFPolicy:
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
             last_pos = last_pos + 1
             out = self.model(
-                input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None],
-                past_key_values=past, use_cache=True,
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                past_key_values=past,
+                use_cache=True,
             )
             past, logits = out.past_key_values, out.logits[:, -1, :]
         return rows, lps, finish

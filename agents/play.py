@@ -23,7 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", default=None, help="override the env's judge expression")
     p.add_argument("--max-new-tokens", type=int, default=200, help="tokens sampled per turn")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
-    p.add_argument("--import", dest="imports", action="append", default=[], help="import a module that registers envs or judges")
+    p.add_argument(
+        "--import", dest="imports", action="append", default=[], help="import a module that registers envs or judges"
+    )
     return p
 
 

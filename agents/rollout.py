@@ -17,6 +17,8 @@ import gymnasium as gym
 from agents.chat import ChatTemplate
 from agents.policy import Policy, SamplingParams
 
+DEFAULT_SAMPLING = SamplingParams()
+
 
 @dataclass
 class TurnRecord:
@@ -81,6 +83,49 @@ def _live(envs: Sequence[gym.Env], trajs: list[Trajectory], done: list[bool]) ->
     return [i for i in range(len(envs)) if not done[i]]
 
 
+def _play(
+    envs: Sequence[gym.Env],
+    trajs: list[Trajectory],
+    policy: Policy,
+    chat: ChatTemplate,
+    sampling: SamplingParams,
+    max_context_tokens: int,
+) -> None:
+    """Step every env until its episode ends, appending turns to its trajectory."""
+    n = len(envs)
+    done = [False] * n
+    while not all(done):
+        live = _live(envs, trajs, done)
+        gens = policy.generate([trajs[i].token_ids for i in live], sampling)
+        for i, gen in zip(live, gens, strict=True):
+            traj, start = trajs[i], len(trajs[i].token_ids)
+            traj.extend(gen.token_ids, trained=True, logprobs=gen.logprobs)
+            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
+            terms = {k[7:]: float(v) for k, v in info.items() if k.startswith("reward_") and k != "reward_status"}
+            traj.turns.append(
+                TurnRecord(
+                    gen.text,
+                    obs,
+                    float(reward),
+                    terms,
+                    info.get("reward_status", "ok"),
+                    start,
+                    len(traj.token_ids),
+                    info,
+                )
+            )
+            if terminated or truncated:
+                traj.terminated, traj.truncated, done[i] = bool(terminated), bool(truncated), True
+                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
+                continue
+            nxt = chat.observation_ids(obs, gen.token_ids)
+            if len(traj.token_ids) + len(nxt) + sampling.max_new_tokens > max_context_tokens:
+                traj.truncated, done[i] = True, True
+                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
+                continue
+            traj.extend(nxt, trained=False)
+
+
 def rollout(
     envs: Sequence[gym.Env],
     policy: Policy,
@@ -88,7 +133,7 @@ def rollout(
     *,
     seeds: Sequence[int | None] | None = None,
     task_ids: Sequence[str | None] | None = None,
-    sampling: SamplingParams = SamplingParams(),
+    sampling: SamplingParams = DEFAULT_SAMPLING,
     max_context_tokens: int = 4096,
 ) -> list[Trajectory]:
     """Play one episode in each env, batching the policy's calls across envs.
@@ -113,28 +158,7 @@ def rollout(
         traj.extend(ids, trained=False)
         trajs.append(traj)
         prompts.append(ids)
-    done = [False] * n
-    while not all(done):
-        live = _live(envs, trajs, done)
-        gens = policy.generate([trajs[i].token_ids for i in live], sampling)
-        for i, gen in zip(live, gens, strict=True):
-            traj, start = trajs[i], len(trajs[i].token_ids)
-            traj.extend(gen.token_ids, trained=True, logprobs=gen.logprobs)
-            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
-            terms = {k[7:]: float(v) for k, v in info.items() if k.startswith("reward_") and k != "reward_status"}
-            traj.turns.append(
-                TurnRecord(gen.text, obs, float(reward), terms, info.get("reward_status", "ok"), start, len(traj.token_ids), info)
-            )
-            if terminated or truncated:
-                traj.terminated, traj.truncated, done[i] = bool(terminated), bool(truncated), True
-                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
-                continue
-            nxt = chat.observation_ids(obs, gen.token_ids)
-            if len(traj.token_ids) + len(nxt) + sampling.max_new_tokens > max_context_tokens:
-                traj.truncated, done[i] = True, True
-                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
-                continue
-            traj.extend(nxt, trained=False)
+    _play(envs, trajs, policy, chat, sampling, max_context_tokens)
     return trajs
 
 
@@ -145,10 +169,49 @@ def run_episode(
     *,
     seed: int | None = None,
     task_id: str | None = None,
-    sampling: SamplingParams = SamplingParams(),
+    sampling: SamplingParams = DEFAULT_SAMPLING,
     max_context_tokens: int = 4096,
 ) -> Trajectory:
     """Play one episode (see :func:`rollout`)."""
     return rollout(
         [env], policy, chat, seeds=[seed], task_ids=[task_id], sampling=sampling, max_context_tokens=max_context_tokens
     )[0]
+
+
+def continue_rollout(
+    envs: Sequence[gym.Env],
+    prefixes: Sequence[Trajectory],
+    policy: Policy,
+    chat: ChatTemplate,
+    *,
+    sampling: SamplingParams = DEFAULT_SAMPLING,
+    max_context_tokens: int = 4096,
+) -> list[Trajectory]:
+    """Continue episodes from a turn boundary (Tree-GRPO branching).
+
+    Args:
+        envs: envs positioned at the boundary, e.g. ``env.unwrapped.fork()`` of an episode
+            that has taken exactly ``len(prefix.turns)`` turns (not finished).
+        prefixes: for each env, the trajectory up to that boundary: its ``token_ids`` end with
+            the observation after the last turn and the next generation prompt. They are
+            copied, never modified; the returned trajectories share their prefix ids.
+        policy, chat, sampling, max_context_tokens: as in :func:`rollout`.
+
+    Returns:
+        New trajectories: the prefix followed by freshly sampled turns.
+    """
+    trajs = [
+        Trajectory(
+            task_id=p.task_id,
+            prompt=p.prompt,
+            token_ids=list(p.token_ids),
+            loss_mask=list(p.loss_mask),
+            logprobs=list(p.logprobs),
+            turns=list(p.turns),
+            policy_version=policy.version,
+            seed=p.seed,
+        )
+        for p in prefixes
+    ]
+    _play(envs, trajs, policy, chat, sampling, max_context_tokens)
+    return trajs

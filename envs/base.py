@@ -73,6 +73,7 @@ class ToolEnv(gym.Env[str, str]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012
     answer_tag = "answer"
+    _ctor: tuple[tuple[Any, ...], dict[str, Any]]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         obj = super().__new__(cls)
@@ -149,9 +150,9 @@ class ToolEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         if self._closed:
             raise gym.error.Error("reset() on a closed env; make a new one.")
-        options = options or {}
-        task = self.tasks.get(options["task_id"]) if "task_id" in options else self.tasks.sample(self.np_random)
-        self._episode_rng_state = copy.deepcopy(self.np_random.bit_generator.state)
+        opts = dict(options or {})
+        task = self.tasks.get(opts["task_id"]) if "task_id" in opts else self.tasks.sample(self.np_random)
+        self._episode_rng_state = dict(copy.deepcopy(self.np_random.bit_generator.state))
         return self._begin(task)
 
     def _begin(self, task: Task) -> tuple[str, dict[str, Any]]:
@@ -223,7 +224,7 @@ class ToolEnv(gym.Env[str, str]):
             clone.step(action)
         return clone
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
         lines = [f"task {self._task.id if self._task else '-'}"]

@@ -73,9 +73,7 @@ class MathEnv(ToolEnv):
         max_turns: int = 6,
         **kwargs: Any,
     ):
-        task_set = as_task_set(
-            tasks, load_math_file, lambda: generate_math_tasks(num_tasks, task_seed, split, levels)
-        )
+        task_set = as_task_set(tasks, load_math_file, lambda: generate_math_tasks(num_tasks, task_seed, split, levels))
         super().__init__(
             task_set,
             tools=[Tool.from_function(calculator)],

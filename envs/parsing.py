@@ -169,6 +169,8 @@ def parse_action(
         max_tool_calls: more calls than this in one turn are flagged ``too_many_tool_calls``.
     """
     text, issues = coerce_text(action)
+    if not isinstance(action, str | bytes | bytearray):
+        return ParsedAction(text, issues=tuple(issues))
     if len(text) > max_chars:
         issues.append(
             ParseIssue("action_too_long", f"The action has {len(text)} characters; the limit is {max_chars}.")
@@ -178,7 +180,10 @@ def parse_action(
     imitated = [m for m in ENV_MARKUP if m in visible]
     if imitated:
         issues.append(
-            ParseIssue("markup_imitation", f"The action contains environment markup {imitated[:3]}; only the environment writes it.")
+            ParseIssue(
+                "markup_imitation",
+                f"The action contains environment markup {imitated[:3]}; only the environment writes it.",
+            )
         )
     bodies, calls_balanced = _find_tagged(visible, "tool_call")
     answers, answer_balanced = _find_tagged(visible, answer_tag)

@@ -15,10 +15,7 @@ from gymnasium import spaces
 # Printable ASCII plus a spread of non-ASCII code points (Latin-1, Greek, CJK, emoji) and the
 # whitespace an LLM emits; enough for `sample()` to exercise parsers on realistic junk.
 _SAMPLE_ALPHABET = (
-    "".join(chr(c) for c in range(32, 127))
-    + "\n\t"
-    + "éüßñçøΩπλΣ中文字日本語한국어🙂🚀∑∫≤≥→"
-    + "<>{}[]\"'/\\"
+    "".join(chr(c) for c in range(32, 127)) + "\n\t" + "éüßñçøΩπλΣ中文字日本語한국어🙂🚀∑∫≤≥→" + "<>{}[]\"'/\\"
 )
 
 

@@ -77,9 +77,7 @@ class TaskSet:
             return self._by_id[str(task_id)]
         except KeyError:
             sample = ", ".join(self.ids[:5])
-            raise TaskError(
-                f"{self.name}: no task with id {task_id!r} ({len(self)} tasks, e.g. {sample})."
-            ) from None
+            raise TaskError(f"{self.name}: no task with id {task_id!r} ({len(self)} tasks, e.g. {sample}).") from None
 
     def sample(self, rng: np.random.Generator) -> Task:
         return self._tasks[int(rng.integers(len(self._tasks)))]
@@ -142,7 +140,9 @@ def as_task_set(
             out.append(t)
         elif isinstance(t, Mapping):
             where = f"tasks[{k}]"
-            out.append(Task(str(t.get("id", k)), str(require(t, "prompt", where)), t.get("answer"), dict(t.get("meta", {}))))
+            out.append(
+                Task(str(t.get("id", k)), str(require(t, "prompt", where)), t.get("answer"), dict(t.get("meta", {})))
+            )
         else:
             raise TaskError(f"tasks[{k}] must be a Task or a dict, got {type(t).__name__}.")
     return TaskSet(out, name="tasks list")

@@ -47,8 +47,8 @@ def _plain_number(text: str) -> Fraction | None:
 def _math_verify(gold: str, answer: str) -> bool:
     from math_verify import parse, verify
 
-    g = parse(gold if "$" in gold or "\\" in gold else f"${gold}$", parsing_timeout=None)  # type: ignore[arg-type]
-    a = parse(answer if "$" in answer or "\\" in answer else f"${answer}$", parsing_timeout=None)  # type: ignore[arg-type]
+    g = parse(gold if "$" in gold or "\\" in gold else f"${gold}$", parsing_timeout=None)
+    a = parse(answer if "$" in answer or "\\" in answer else f"${answer}$", parsing_timeout=None)
     if not g or not a:
         return False
     return bool(verify(g, a, timeout_seconds=None))

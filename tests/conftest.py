@@ -1,0 +1,21 @@
+"""Shared fixtures: the tiny in-process model and tokenizer (loaded once per session)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Any:
+    from agents.tiny import tiny_tokenizer as make
+
+    return make()
+
+
+@pytest.fixture(scope="session")
+def tiny_policy() -> Any:
+    from agents.hf import HFPolicy
+
+    return HFPolicy.from_id("hf:tiny", seed=0)

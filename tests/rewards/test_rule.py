@@ -1,0 +1,85 @@
+"""Rule judges, the registry, and how failures become infra_error turns."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import envs  # noqa: F401
+from envs.errors import ConfigError
+from envs.parsing import parse_action
+from envs.tasks import Task
+from envs.tools import ToolResult
+from rewards.registry import available_judges, make_judge, register_judge
+from rewards.rule import normalize_answer, token_f1
+from rewards.testing import FakeJudge, failing
+from rewards.types import Turn
+
+
+def turn(action: str, gold: object, results: tuple[ToolResult, ...] = ()) -> Turn:
+    parsed = parse_action(action)
+    return Turn(Task("t", "q", gold), 0, action, parsed, results, (), parsed.answer is not None)
+
+
+def score(judge_id: str, t: Turn) -> float:
+    return make_judge(judge_id).score([t])[0].score  # type: ignore[union-attr]
+
+
+def test_exact_match_and_f1() -> None:
+    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
+    assert score("rule/exact_match", turn("<answer>the eiffel tower</answer>", ["Eiffel Tower", "x"])) == 1.0
+    assert score("rule/exact_match", turn("<answer>Paris</answer>", "Eiffel Tower")) == 0.0
+    assert token_f1("Eiffel Tower", "the tower") == pytest.approx(2 * 1.0 * 0.5 / 1.5)
+    assert score("rule/f1", turn("<answer>tower</answer>", ["eiffel tower", "tower"])) == 1.0
+
+
+def test_math_equiv_and_format_and_tool() -> None:
+    assert score("rule/math_equiv", turn("<answer>\\frac{6}{4}</answer>", "1.5")) == 1.0
+    assert score("rule/math_equiv", turn("<answer>2</answer>", "1.5")) == 0.0
+    assert score("rule/format", turn("<answer>1</answer>", "1")) == 0.0
+    assert score("rule/format", turn("<answer>1", "1")) == -1.0
+    results = (
+        ToolResult("c", True, "1"),
+        ToolResult("c", False, "bad"),
+        ToolResult("c", False, "down", infra_error=True),
+    )
+    assert score("rule/tool", turn("x", "1", results)) == -0.5
+
+
+def test_registry() -> None:
+    assert {"rule/math_equiv", "rule/f1", "rule/format"} <= set(available_judges())
+    with pytest.raises(ConfigError, match="Unknown judge id"):
+        make_judge("rule/nope")
+    with pytest.raises(ConfigError, match="already registered"):
+        register_judge("rule/f1", lambda: FakeJudge())
+    with pytest.raises(ConfigError, match="family/name"):
+        register_judge("bad id", lambda: FakeJudge())
+    register_judge("test/constant", lambda: FakeJudge("test/constant", lambda t: 0.5), overwrite=True)
+    assert make_judge("test/constant").score([turn("x", 1)])[0].score == 0.5  # type: ignore[union-attr]
+
+
+def test_judge_failure_is_infra_error_not_a_score() -> None:
+    register_judge("test/down", lambda: FakeJudge("test/down", failing("HTTP 500")), overwrite=True)
+    register_judge("test/nan", lambda: FakeJudge("test/nan", lambda t: float("nan")), overwrite=True)
+    for jid in ("test/down", "test/nan"):
+        env = gym.make("prm/Math-v0", judge=f"rule/math_equiv + 0.5*{jid}")
+        env.reset(seed=0)
+        answer = env.unwrapped.task.answer
+        _, reward, terminated, _, info = env.step(f"<answer>{answer}</answer>")
+        assert terminated and info["reward_status"] == "infra_error"
+        assert "error" in info["judge"][jid] and info["judge"]["rule/math_equiv"]["score"] == 1.0
+        assert reward == 1.0 and info["reward_process"] == 0.0
+
+
+def test_verdicts_are_memoised_across_forks() -> None:
+    judge = FakeJudge("test/counting", lambda t: 0.25)
+    register_judge("test/counting", lambda: judge, overwrite=True)
+    env = gym.make("prm/Math-v0", judge="test/counting").unwrapped
+    env.reset(seed=0)
+    env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>')
+    env.step("hmm")
+    assert judge.calls == 2
+    clone = env.fork()
+    assert judge.calls == 2, "replay must reuse memoised verdicts"
+    _, reward, *_ = clone.step("more")
+    assert reward == 0.25 and judge.calls == 3
