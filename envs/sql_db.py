@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,9 +30,7 @@ from envs.errors import InfraError, ToolError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Pragmas a query may use: each only reads (its argument names a table or an index).
-READ_PRAGMAS = frozenset(
-    {"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list", "table_list"}
-)
+READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list", "table_list"})
 _ALLOWED_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 )
@@ -182,6 +181,8 @@ class SQLiteDatabase:
         cur = conn.cursor()
         try:
             cur.execute(sql)
+            if cur.description is None:
+                raise ToolError("only read-only queries (SELECT / WITH) are allowed; this statement returns no rows.")
             if max_rows is None:
                 rows, truncated = cur.fetchall(), False
             else:
@@ -204,8 +205,7 @@ class SQLiteDatabase:
 
     def tables(self) -> list[str]:
         rows = self.query(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
-            "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' ORDER BY name"
         ).rows
         return [str(r[0]) for r in rows]
 
@@ -221,7 +221,9 @@ class SQLiteDatabase:
         fks = [(r[3], r[2], r[4]) for r in self.query(f"PRAGMA foreign_key_list({_lit(table)})").rows]
         lines = [f"TABLE {quote_ident(table)}"]
         lines += [f"  {quote_ident(c)} {t or 'ANY'}{' PRIMARY KEY' if pk else ''}" for c, t, pk in cols]
-        lines += [f"  FOREIGN KEY ({quote_ident(a)}) REFERENCES {quote_ident(b)}({quote_ident(str(c))})" for a, b, c in fks]
+        lines += [
+            f"  FOREIGN KEY ({quote_ident(a)}) REFERENCES {quote_ident(b)}({quote_ident(str(c))})" for a, b, c in fks
+        ]
         sample = self.query(f"SELECT * FROM {quote_ident(table)} LIMIT 3")
         lines.append("Sample rows:")
         lines.append(format_result(sample, max_chars=2000))
@@ -239,6 +241,7 @@ def _lit(text: str) -> str:
 
 def format_result(result: QueryResult, *, max_chars: int = 4000, max_cell: int = 80) -> str:
     """``result`` as a pipe-separated text table, cut to ``max_chars`` characters."""
+
     def cell(v: Any) -> str:
         s = "NULL" if v is None else (f"<blob {len(v)} bytes>" if isinstance(v, bytes) else str(v))
         s = s.replace("\n", " ").replace("|", "/")
@@ -252,3 +255,18 @@ def format_result(result: QueryResult, *, max_chars: int = 4000, max_cell: int =
     n = len(result.rows)
     more = f"showing the first {n} rows; the query returned more" if result.truncated else f"{n} rows"
     return f"{text}\n({more})"
+
+
+def open_database(meta: Mapping[str, Any], *, copy: bool = False) -> Database:
+    """The database a SQL task points at: ``meta["db_dsn"]`` (PostgreSQL) or ``meta["db_path"]``.
+
+    Raises:
+        DatabaseError: the task names no database, or it cannot be opened.
+    """
+    if meta.get("db_dsn"):
+        from envs.sql_postgres import PostgresDatabase
+
+        return PostgresDatabase(str(meta["db_dsn"]), name=str(meta.get("db_id", "postgres")))
+    if meta.get("db_path"):
+        return SQLiteDatabase(str(meta["db_path"]), copy=copy)
+    raise DatabaseError("the task names no database; SQL tasks need meta['db_path'] or meta['db_dsn'].")

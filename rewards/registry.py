@@ -24,6 +24,11 @@ BUILTIN_JUDGES: dict[str, str] = {
     "rule/f1": "rewards.rule:F1Judge",
     "rule/format": "rewards.rule:FormatJudge",
     "rule/tool": "rewards.rule:ToolErrorJudge",
+    "rule/execution_match": "rewards.sql_match:ExecutionMatchJudge",
+    "rule/sql_syntax": "rewards.sql_match:SyntaxJudge",
+    "rule/sql_schema_link": "rewards.sql_match:SchemaLinkJudge",
+    "rule/sql_result_overlap": "rewards.sql_match:ResultOverlapJudge",
+    "rule/sql_explore": "rewards.sql_match:ExploreJudge",
 }
 
 _registry: dict[str, JudgeFactory] = {}

@@ -1,0 +1,158 @@
+"""Execution-match checks per second on the generated databases, and agreement with skyrl-gym.
+
+Builds a shared test set of (gold, predicted) pairs over generated tasks: the gold query itself,
+DISTINCT / reordered / LIMITed / wrong-filter / broken / writing variants. It then measures
+
+* ``rule/execution_match`` (warm gold cache, one guarded connection per database), against
+* a baseline measured in the same run: the usual per-check approach (open a connection, run both
+  queries, compare sets of rows), as in skyrl-gym's SQL reward;
+
+and, if a Python with ``skyrl-gym`` is given (``--skyrl-python /tmp/skyrl-venv/bin/python``),
+runs skyrl-gym's own ``calculate_reward_single`` on the same cases and counts disagreements
+with our ``mode="set"`` verdicts (which must be zero) and ``mode="multiset"`` verdicts (which
+differ by design where duplicates or the gold ORDER BY matter).
+
+Usage: ``python benchmarks/bench_sql.py [--checks 2000] [--reps 5] [--skyrl-python PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from envs.parsing import format_answer, parse_action
+from envs.sql_tasks import generate_sql_tasks
+from envs.tasks import Task
+from rewards.sql_match import ExecutionMatchJudge
+from rewards.types import Turn
+
+SKYRL_SCRIPT = """
+import json, sys
+from skyrl_gym.envs.sql.utils import calculate_reward_single
+cases = json.load(open(sys.argv[1]))
+out = [calculate_reward_single("<think>x</think><solution>" + c["pred"] + "</solution>", c["gold"], c["db"], 10)
+       for c in cases]
+json.dump(out, sys.stdout)
+"""
+
+
+def variants(gold: str) -> list[str]:
+    """Predicted queries near ``gold``: right, equivalent, wrong in several ways, broken."""
+    out = [
+        gold,
+        gold.replace("SELECT ", "SELECT DISTINCT ", 1) if "DISTINCT" not in gold else gold.replace("DISTINCT ", ""),
+    ]
+    out.append(gold + " LIMIT 1" if "LIMIT" not in gold else gold.rsplit("LIMIT", 1)[0] + "LIMIT 1")
+    out.append(gold.replace(" DESC", " ASC") if " DESC" in gold else f"SELECT * FROM ({gold}) ORDER BY 1 DESC")
+    out.append(gold.replace(">", "<") if ">" in gold else gold.replace("=", "<>", 1))
+    out += [gold.replace("SELECT", "SELEC", 1), f"SELECT * FROM ({gold}) UNION ALL SELECT * FROM ({gold})"]
+    return out
+
+
+def build_cases(n_tasks: int, cache: Path) -> list[tuple[Task, str]]:
+    tasks = generate_sql_tasks(n_tasks, seed=11, split="test", cache_dir=cache)
+    return [(t, pred) for t in tasks for pred in variants(str(t.answer))]
+
+
+def baseline_check(db_path: str, gold: str, pred: str) -> bool:
+    """The usual per-check approach: fresh connection, both queries, compare row sets."""
+    conn = sqlite3.connect(db_path)
+    try:
+        g = frozenset(conn.execute(gold).fetchall())
+        try:
+            p = frozenset(conn.execute(pred).fetchall())
+        except sqlite3.Error:
+            return False
+        return g == p
+    finally:
+        conn.close()
+
+
+def timed(fn: object, reps: int) -> list[float]:
+    assert callable(fn)
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def report(name: str, n: int, times: list[float]) -> float:
+    rates = [n / t for t in times]
+    med = statistics.median(rates)
+    print(f"{name:<40} {med:>10.0f} checks/s  (min {min(rates):.0f}, max {max(rates):.0f}, {len(times)} reps)")
+    return med
+
+
+def agreement(cases: list[tuple[Task, str]], turns: list[Turn], skyrl_python: str, tmp: Path) -> None:
+    payload = [{"gold": str(t.answer), "pred": p, "db": str(t.meta["db_path"])} for t, p in cases]
+    (tmp / "cases.json").write_text(json.dumps(payload))
+    (tmp / "skyrl_check.py").write_text(SKYRL_SCRIPT)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [skyrl_python, str(tmp / "skyrl_check.py"), str(tmp / "cases.json")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    skyrl_s = time.perf_counter() - t0
+    theirs = [float(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])]
+    for mode in ("set", "multiset"):
+        ours = [v.score for v in ExecutionMatchJudge(mode=mode).score(turns)]
+        diff = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+        print(f"agreement with skyrl-gym, mode={mode:<8}: {len(cases) - len(diff)}/{len(cases)} cases agree")
+        for i in diff[:3]:
+            print(f"    e.g. ours={ours[i]} skyrl={theirs[i]}  gold={cases[i][0].answer!r}  pred={cases[i][1]!r}")
+    print(f"skyrl-gym calculate_reward_single: {len(cases) / skyrl_s:.0f} checks/s (one run, incl. interpreter start)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--skyrl-python", default="")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmpdir:
+        tmp = Path(tmpdir)
+        cases = build_cases(args.tasks, tmp / "dbs")
+        turns = [Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True) for t, p in cases]
+        print(
+            f"{len(cases)} execution-match checks over {len({t.meta['db_path'] for t, _ in cases})} generated databases"
+        )
+        judge = ExecutionMatchJudge()
+        ours = report("rule/execution_match (multiset)", len(turns), timed(lambda: judge.score(turns), args.reps))
+        base = report(
+            "baseline: fresh connection + set compare",
+            len(cases),
+            timed(lambda: [baseline_check(str(t.meta["db_path"]), str(t.answer), p) for t, p in cases], args.reps),
+        )
+        print(f"ratio ours / baseline: {ours / base:.1f}x")
+        if args.skyrl_python:
+            shutil.copytree(tmp / "dbs", tmp / "skyrl-dbs")  # skyrl opens databases read-write
+            sk_cases = [
+                (
+                    Task(
+                        t.id,
+                        t.prompt,
+                        t.answer,
+                        {**t.meta, "db_path": str(tmp / "skyrl-dbs" / Path(t.meta["db_path"]).name)},
+                    ),
+                    p,
+                )
+                for t, p in cases
+            ]
+            agreement(sk_cases, turns, args.skyrl_python, tmp)
+
+
+if __name__ == "__main__":
+    main()

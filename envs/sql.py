@@ -1,0 +1,158 @@
+"""prm/SQL-v0: multi-turn text-to-SQL against real databases, with execution and partial rewards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from envs.base import ToolEnv
+from envs.errors import ConfigError, InfraError
+from envs.sql_db import Database, DatabaseError, format_result, open_database
+from envs.sql_tasks import generate_sql_tasks, load_sql_file
+from envs.tasks import Task, TaskSet, as_task_set
+from envs.tools import Tool
+from rewards.combine import JudgeSpec
+
+DEFAULT_JUDGE = (
+    "rule/execution_match + 0.1*rule/sql_syntax + 0.1*rule/sql_schema_link"
+    " + 0.1*rule/sql_result_overlap + 0.05*rule/sql_explore + 0.1*rule/format + 0.1*rule/tool"
+)
+INSTRUCTIONS = (
+    "Explore the database with the tools list_tables, describe_table and run_query (read-only; "
+    "long results are cut). When ready, reply with one final SQLite query alone inside "
+    "<answer></answer>, e.g. <answer>SELECT name FROM customers WHERE city = 'Oslo'</answer>."
+)
+
+
+class SQLEnv(ToolEnv):
+    """Answer a question about a database by exploring it and submitting one SQL query.
+
+    ## Description
+    Each episode is one question about one database (generated shop / school / flights
+    SQLite databases by default, or Spider/BIRD tasks with their ``.sqlite`` files). On each
+    turn the agent calls tools (``list_tables``, ``describe_table``, ``run_query``) or submits
+    its final query as ``<answer>SELECT ...</answer>``, which ends the episode. Every episode
+    works on a guarded read-only connection (or a private in-memory copy, ``copy_db=True``):
+    writes, ``ATTACH`` and pragma writes are refused, queries have a time limit and a row cap.
+
+    ## Action Space
+    ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
+
+    ## Observation Space
+    ``UnicodeText``: the question, database name, table list and instructions at ``reset``;
+    afterwards tool results in ``<tool_response>`` blocks, or a format-error message.
+
+    ## Rewards
+    The default judge is ``DEFAULT_JUDGE``: ``reward_outcome`` is 1 when the submitted query's
+    result equals the gold result (multiset, ordered when the gold query orders); partial credit
+    ``reward_syntax`` (0.1 x sqlglot-parses/executes), ``reward_schema`` (0.1 x table/column
+    Jaccard with the gold query), ``reward_overlap`` (0.1 x row F1); per turn ``reward_explore``
+    (0.05 x fraction of fresh successful tool calls), ``reward_format`` (-0.1 on a malformed
+    turn) and ``reward_tool`` (-0.1 x fraction of failed calls). Weights are the judge
+    expression's; see :mod:`rewards.sql_match`.
+
+    ## Episode End
+    Terminated when a query is submitted. Truncated after ``max_turns`` turns.
+
+    ## Information
+    ``task_id``, ``turn``, ``answer``, ``reward_<term>`` per term, ``reward_status``
+    (``"infra_error"`` when the database or a judge failed), ``judge``, ``parse``, ``tool``;
+    ``reset`` adds ``tools`` (OpenAI schemas) and ``db_id``.
+
+    ## Arguments
+    * ``tasks``: None for generated tasks, a Spider/BIRD ``.json``/``.jsonl`` path (with
+      ``db_dir``), a list or a TaskSet.
+    * ``split``, ``num_tasks``, ``task_seed``, ``levels``, ``schemas``, ``cache_dir``: generator settings.
+    * ``copy_db``: run each episode on a private in-memory copy.
+    * ``query_timeout_s``, ``max_rows``: limits of ``run_query``.
+    * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        tasks: TaskSet | str | Path | Iterable[Task | dict[str, Any]] | None = None,
+        *,
+        db_dir: str | Path | None = None,
+        split: str = "train",
+        num_tasks: int = 500,
+        task_seed: int = 0,
+        levels: Sequence[int] = (1, 2, 3, 4),
+        schemas: Sequence[str] = ("shop", "school", "flights"),
+        cache_dir: str | Path | None = None,
+        copy_db: bool = False,
+        query_timeout_s: float = 2.0,
+        max_rows: int = 20,
+        judge: str | JudgeSpec = DEFAULT_JUDGE,
+        max_turns: int = 8,
+        **kwargs: Any,
+    ):
+        if query_timeout_s <= 0 or max_rows < 1:
+            raise ConfigError(f"query_timeout_s must be > 0 and max_rows >= 1, got {query_timeout_s}, {max_rows}.")
+        task_set = as_task_set(
+            tasks,
+            lambda p: load_sql_file(p, db_dir),
+            lambda: generate_sql_tasks(num_tasks, task_seed, split, levels, schemas, cache_dir=cache_dir),
+        )
+        self.copy_db = copy_db
+        self.query_timeout_s = query_timeout_s
+        self.max_rows = max_rows
+        self._db: Database | None = None
+        self._db_problem = ""
+        tools = [Tool.from_function(f) for f in (self.list_tables, self.describe_table, self.run_query)]
+        super().__init__(task_set, tools=tools, judge=judge, max_turns=max_turns, instructions=INSTRUCTIONS, **kwargs)
+
+    # ----------------------------------------------------------------- tools
+    def list_tables(self) -> str:
+        """List the tables of the database."""
+        return "\n".join(self._database().tables()) or "(no tables)"
+
+    def describe_table(self, table: str) -> str:
+        """Show a table's columns, keys and three sample rows.
+
+        Args:
+            table: the table name, exactly as list_tables shows it.
+        """
+        return self._database().describe(table)
+
+    def run_query(self, sql: str) -> str:
+        """Run one read-only SQL query and see the first rows of its result.
+
+        Args:
+            sql: one SQLite SELECT statement.
+        """
+        result = self._database().query(sql, max_rows=self.max_rows, timeout_s=self.query_timeout_s)
+        return format_result(result, max_chars=self.max_tool_output_chars)
+
+    # ----------------------------------------------------------------- episode hooks
+    def start_episode(self, task: Task) -> None:
+        try:
+            self._db, self._db_problem = open_database(task.meta, copy=self.copy_db), ""
+        except InfraError as exc:
+            self._db, self._db_problem = None, str(exc)
+
+    def end_episode(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def prompt(self, task: Task) -> str:
+        db_id = task.meta.get("db_id", "?")
+        try:
+            tables = ", ".join(self._database().tables())
+        except InfraError as exc:
+            tables = f"unavailable ({exc})"
+        return f"Database {db_id} (tables: {tables}).\nQuestion: {task.prompt}\n\n{self.instructions}"
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        info["db_id"] = str(self.task.meta.get("db_id", "")) if self.task else ""
+        return obs, info
+
+    def _database(self) -> Database:
+        if self._db is None:
+            raise DatabaseError(self._db_problem or "no database is open; call reset().")
+        return self._db

@@ -1,0 +1,91 @@
+"""PostgreSQL backend of the SQL env (optional: ``pip install prm-gym[sql-postgres]``).
+
+A task points at a server with ``meta["db_dsn"]`` (``"host=/run/pg dbname=shop user=agent"``).
+Every query runs in its own read-only transaction with a ``statement_timeout`` and is rolled
+back afterwards. Give the env a role that may only ``SELECT``: a read-only transaction cannot
+write tables, but server-side functions of a superuser can reach the file system.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from envs.errors import ToolError
+from envs.sql_db import DatabaseError, QueryResult, format_result, quote_ident
+
+
+class PostgresDatabase:
+    """One PostgreSQL database reached through ``dsn``, used read-only.
+
+    Raises:
+        DatabaseError: psycopg is not installed or the server cannot be reached.
+    """
+
+    def __init__(self, dsn: str, *, name: str = "postgres"):
+        try:
+            import psycopg
+        except ImportError:
+            raise DatabaseError("PostgreSQL tasks need psycopg: pip install 'prm-gym[sql-postgres]'.") from None
+        self.name = name
+        self._psycopg = psycopg
+        try:
+            self._conn: Any = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise DatabaseError(f"cannot connect to PostgreSQL database {name!r}: {exc}".strip()) from None
+        self._conn.read_only = True
+
+    def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float = 5.0) -> QueryResult:
+        """Run one read-only query (see :meth:`envs.sql_db.SQLiteDatabase.query`)."""
+        if self._conn is None:
+            raise DatabaseError(f"database {self.name!r} is closed.")
+        psycopg = self._psycopg
+        start = time.perf_counter()
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
+                cur.execute(sql.encode("utf-8"))
+                if cur.description is None:
+                    raise ToolError(
+                        "only read-only queries (SELECT / WITH) are allowed; this statement returns no rows."
+                    )
+                rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows + 1)
+                columns = tuple(d.name for d in cur.description)
+        except psycopg.Error as exc:
+            state = getattr(exc, "sqlstate", None) or ""
+            if isinstance(exc, psycopg.OperationalError) and not state.startswith(("57014", "54")):
+                raise DatabaseError(f"PostgreSQL database {self.name!r} failed: {exc}".strip()) from None
+            if state == "57014":
+                raise ToolError("the query ran past its time limit and was stopped.") from None
+            if state == "25006" or state == "42501":
+                raise ToolError("only read-only queries are allowed; the statement was refused.") from None
+            raise ToolError(f"{type(exc).__name__}: {str(exc).strip()}") from None
+        finally:
+            if not self._conn.closed:
+                self._conn.rollback()
+        truncated = max_rows is not None and len(rows) > max_rows
+        rows = rows[:max_rows] if max_rows is not None else rows
+        return QueryResult(columns, tuple(tuple(r) for r in rows), truncated, time.perf_counter() - start)
+
+    def tables(self) -> list[str]:
+        res = self.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name"
+        )
+        return [str(r[0]) for r in res.rows]
+
+    def describe(self, table: str) -> str:
+        if table not in self.tables():
+            raise ToolError(f"no table named {table!r}; tables: {self.tables()}.")
+        lit = "'" + table.replace("'", "''") + "'"
+        cols = self.query(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            f"WHERE table_schema = current_schema() AND table_name = {lit} ORDER BY ordinal_position"
+        ).rows
+        lines = [f"TABLE {quote_ident(table)}"] + [f"  {quote_ident(c)} {t}" for c, t in cols]
+        lines += ["Sample rows:", format_result(self.query(f"SELECT * FROM {quote_ident(table)} LIMIT 3"))]
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

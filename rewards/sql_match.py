@@ -1,0 +1,256 @@
+"""Text-to-SQL judges: execution match and partial credit in the spirit of Reasoning-SQL.
+
+==========================  ========  ======  ==============================================
+id                          term      scope   score
+==========================  ========  ======  ==============================================
+``rule/execution_match``    outcome   final   1.0 when the submitted query's result equals the
+                                              gold query's (multiset; ordered when the gold
+                                              query orders its output), else 0.0
+``rule/sql_syntax``         syntax    final   0.5 if sqlglot parses one read-only query, plus
+                                              0.5 if it executes without error, in [0, 1]
+``rule/sql_schema_link``    schema    final   Jaccard overlap of the tables and columns used
+                                              by the submitted and the gold query, in [0, 1]
+``rule/sql_result_overlap`` overlap   final   F1 of the result rows (as multisets), in [0, 1]
+``rule/sql_explore``        explore   turn    fraction of this turn's tool calls that
+                                              succeeded and repeat no earlier call, in [0, 1]
+==========================  ========  ======  ==============================================
+
+The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`envs.sql_db`).
+A failure of the gold query or of the database raises :class:`envs.errors.JudgeError` (an
+infrastructure failure); a submitted query that is broken, writes or times out scores 0.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import Any, Literal
+
+import sqlglot
+from sqlglot import exp
+
+from envs.errors import InfraError, JudgeError, ToolError
+from envs.parsing import parse_action
+from envs.sql_db import Database, open_database
+from rewards.types import Turn, Verdict
+
+MatchMode = Literal["multiset", "set"]
+_ORDER_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)
+_MAX_OPEN = 32
+
+
+def gold_orders(sql: str) -> bool:
+    """True when the outermost query of ``sql`` has an ORDER BY (so row order matters)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:
+        return bool(_ORDER_RE.search(sql))
+    return tree.args.get("order") is not None
+
+
+def rows_match(
+    gold: Sequence[tuple[Any, ...]],
+    pred: Sequence[tuple[Any, ...]],
+    *,
+    ordered: bool = False,
+    mode: MatchMode = "multiset",
+) -> bool:
+    """Whether two results are equal.
+
+    ``"multiset"`` compares rows with their multiplicities, in order when ``ordered``;
+    ``"set"`` compares the sets of distinct rows (the semantics of skyrl-gym's SQL reward).
+    Values compare as Python values (``1 == 1.0``); column order matters.
+    """
+    if mode == "set":
+        return frozenset(gold) == frozenset(pred)
+    if ordered:
+        return list(gold) == list(pred)
+    return len(gold) == len(pred) and Counter(gold) == Counter(pred)
+
+
+def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
+    """F1 of the rows of two results taken as multisets; 1.0 when both are empty."""
+    if not gold and not pred:
+        return 1.0
+    same = sum((Counter(gold) & Counter(pred)).values())
+    if same == 0:
+        return 0.0
+    p, r = same / len(pred), same / len(gold)
+    return 2 * p * r / (p + r)
+
+
+def schema_items(sql: str) -> set[str] | None:
+    """The tables and columns ``sql`` mentions (lower-cased), or None if it does not parse."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:
+        return None
+    if tree is None:
+        return None
+    cte_names = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    tables = {f"table:{t.name.lower()}" for t in tree.find_all(exp.Table) if t.name.lower() not in cte_names}
+    columns = {f"column:{c.name.lower()}" for c in tree.find_all(exp.Column) if c.name}
+    return tables | columns
+
+
+def is_read_only_query(sql: str) -> bool:
+    """True when sqlglot parses ``sql`` as exactly one SELECT / set operation query."""
+    try:
+        trees = sqlglot.parse(sql, read="sqlite")
+    except Exception:
+        return False
+    trees = [t for t in trees if t is not None]
+    return len(trees) == 1 and isinstance(trees[0], exp.Query)
+
+
+def _db_key(turn: Turn) -> str:
+    return str(turn.task.meta.get("db_dsn") or turn.task.meta.get("db_path"))
+
+
+class _Databases:
+    """Per-thread open databases and a shared cache of gold results (they never change)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._gold: dict[tuple[str, str], tuple[tuple[tuple[Any, ...], ...], bool]] = {}
+
+    def get(self, turn: Turn) -> Database:
+        cache: dict[str, Database] = self._local.__dict__.setdefault("dbs", {})
+        key = _db_key(turn)
+        if key not in cache:
+            if len(cache) >= _MAX_OPEN:
+                cache.pop(next(iter(cache))).close()
+            try:
+                cache[key] = open_database(turn.task.meta)
+            except InfraError as exc:
+                raise JudgeError(f"task {turn.task.id}: {exc}") from None
+        return cache[key]
+
+    def gold(self, turn: Turn, timeout_s: float) -> tuple[tuple[tuple[Any, ...], ...], bool]:
+        db, gold_sql = self.get(turn), str(turn.task.answer)
+        key = (_db_key(turn), gold_sql)
+        if key not in self._gold:
+            try:
+                rows = db.query(gold_sql, timeout_s=timeout_s).rows
+            except (ToolError, InfraError) as exc:
+                raise JudgeError(f"task {turn.task.id}: the gold query failed: {exc}") from None
+            self._gold[key] = (rows, gold_orders(gold_sql))
+        return self._gold[key]
+
+    def predicted(self, turn: Turn, timeout_s: float) -> tuple[tuple[tuple[Any, ...], ...] | None, str]:
+        """The submitted query's rows, or None and why it failed (the agent's fault)."""
+        sql = turn.answer or ""
+        if not sql.strip():
+            return None, "empty query"
+        try:
+            return self.get(turn).query(sql, timeout_s=timeout_s).rows, "ok"
+        except ToolError as exc:
+            return None, str(exc)[:200]
+        except InfraError as exc:
+            raise JudgeError(f"task {turn.task.id}: {exc}") from None
+
+
+DATABASES = _Databases()
+
+
+class _SQLJudge:
+    name = "rule/sql"
+    term = "outcome"
+    scope = "final"
+
+    def __init__(self, timeout_s: float = 5.0):
+        self.timeout_s = timeout_s
+
+    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
+        return [self.score_one(t) for t in turns]
+
+    def score_one(self, turn: Turn) -> Verdict:
+        raise NotImplementedError
+
+
+class ExecutionMatchJudge(_SQLJudge):
+    """1.0 when the submitted SQL returns the gold result, else 0.0.
+
+    Args:
+        mode: ``"multiset"`` (default) or ``"set"`` (skyrl-gym / distinct-row semantics).
+        timeout_s: time limit of each query.
+    """
+
+    name = "rule/execution_match"
+
+    def __init__(self, mode: MatchMode = "multiset", timeout_s: float = 5.0):
+        if mode not in ("multiset", "set"):
+            raise ValueError(f"mode must be 'multiset' or 'set', got {mode!r}.")
+        super().__init__(timeout_s)
+        self.mode: MatchMode = mode
+
+    def score_one(self, turn: Turn) -> Verdict:
+        gold, ordered = DATABASES.gold(turn, self.timeout_s)
+        pred, why = DATABASES.predicted(turn, self.timeout_s)
+        if pred is None:
+            return Verdict(0.0, detail=why)
+        ok = rows_match(gold, pred, ordered=ordered, mode=self.mode)
+        return Verdict(float(ok), detail="match" if ok else "different result")
+
+
+class SyntaxJudge(_SQLJudge):
+    """0.5 when sqlglot parses one read-only query, plus 0.5 when it executes."""
+
+    name = "rule/sql_syntax"
+    term = "syntax"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        sql = turn.answer or ""
+        parses = is_read_only_query(sql)
+        runs = parses and DATABASES.predicted(turn, self.timeout_s)[0] is not None
+        return Verdict(0.5 * parses + 0.5 * runs)
+
+
+class SchemaLinkJudge(_SQLJudge):
+    """Jaccard overlap of the tables and columns of the submitted and the gold query."""
+
+    name = "rule/sql_schema_link"
+    term = "schema"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        pred, gold = schema_items(turn.answer or ""), schema_items(str(turn.task.answer))
+        if pred is None or gold is None:
+            return Verdict(0.0, detail="unparseable")
+        union = pred | gold
+        return Verdict(len(pred & gold) / len(union) if union else 1.0)
+
+
+class ResultOverlapJudge(_SQLJudge):
+    """F1 of the submitted query's result rows against the gold rows, as multisets."""
+
+    name = "rule/sql_result_overlap"
+    term = "overlap"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        gold, _ = DATABASES.gold(turn, self.timeout_s)
+        pred, why = DATABASES.predicted(turn, self.timeout_s)
+        if pred is None:
+            return Verdict(0.0, detail=why)
+        return Verdict(row_f1(gold, pred))
+
+
+class ExploreJudge(_SQLJudge):
+    """The fraction of this turn's tool calls that succeeded and repeat no earlier call."""
+
+    name = "rule/sql_explore"
+    term = "explore"
+    scope = "turn"
+
+    def score_one(self, turn: Turn) -> Verdict:
+        calls = turn.parsed.tool_calls
+        if not calls or not turn.tool_results:
+            return Verdict(0.0)
+        seen = {c.to_json() for action, _ in turn.history for c in parse_action(action).tool_calls}
+        fresh = 0
+        for call, result in zip(calls, turn.tool_results, strict=False):
+            key = call.to_json()
+            fresh += int(result.ok and key not in seen)
+            seen.add(key)
+        return Verdict(fresh / len(calls))

@@ -1,0 +1,128 @@
+"""The guarded SQLite connection: read-only, time-limited, capped, clear about bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from envs.errors import InfraError, ToolError
+from envs.sql_db import DatabaseError, SQLiteDatabase, format_result, open_database
+
+
+def _make_db(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE "café" (id INTEGER PRIMARY KEY, "naïve" TEXT, "日本" INTEGER);
+        CREATE TABLE t (a INTEGER);
+        """
+    )
+    conn.executemany('INSERT INTO "café" VALUES (?, ?, ?)', [(i, f"v{i}", i * 2) for i in range(50)])
+    conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(100)])
+    conn.commit()
+    conn.close()
+    return path
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+WRITES = [
+    'DROP TABLE "café"',
+    "DELETE FROM t",
+    "UPDATE t SET a = 0",
+    "INSERT INTO t VALUES (1)",
+    "CREATE TABLE x (a)",
+    "CREATE TEMP TABLE x (a)",
+    "ATTACH DATABASE '{dir}/evil.db' AS evil",
+    "VACUUM INTO '{dir}/copy.db'",
+    "PRAGMA query_only = OFF",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA user_version = 7",
+    "BEGIN",
+    "REINDEX",
+]
+
+
+@pytest.mark.parametrize("copy", [False, True])
+@pytest.mark.parametrize("stmt", WRITES)
+def test_writes_are_refused_and_nothing_changes(tmp_path: Path, stmt: str, copy: bool) -> None:
+    path = _make_db(tmp_path / "db.sqlite")
+    before, files = _digest(path), sorted(tmp_path.iterdir())
+    db = SQLiteDatabase(path, copy=copy)
+    with pytest.raises(ToolError):
+        db.query(stmt.format(dir=tmp_path))
+    assert db.query("SELECT COUNT(*) FROM t").rows == ((100,),)
+    db.close()
+    assert _digest(path) == before
+    assert sorted(tmp_path.iterdir()) == files
+
+
+def test_refusal_message_is_clear(tmp_path: Path) -> None:
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    with pytest.raises(ToolError, match="read-only"):
+        db.query("DELETE FROM t")
+    with pytest.raises(ToolError, match="one SQL statement"):
+        db.query("SELECT 1; SELECT 2")
+    with pytest.raises(ToolError, match="syntax error"):
+        db.query("SELEC a FROM t")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r",
+        "SELECT COUNT(*) FROM t a, t b, t c, t d, t e",
+    ],
+)
+def test_runaway_queries_hit_the_time_limit(tmp_path: Path, sql: str) -> None:
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    with pytest.raises(ToolError, match="time limit"):
+        db.query(sql, timeout_s=0.2)
+    assert db.query("SELECT COUNT(*) FROM t", timeout_s=0.2).rows == ((100,),)
+
+
+def test_row_cap_and_blob_cap(tmp_path: Path) -> None:
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    res = db.query("SELECT a FROM t", max_rows=5)
+    assert len(res.rows) == 5 and res.truncated
+    assert "returned more" in format_result(res)
+    assert not db.query("SELECT a FROM t", max_rows=100).truncated
+    with pytest.raises(ToolError, match="too big"):
+        db.query("SELECT randomblob(1000000000)")
+    long = db.query("SELECT printf('%.*c', 100000, 'x')")
+    assert "[... output cut]" in format_result(long, max_chars=1000, max_cell=10**6)
+
+
+def test_unicode_identifiers(tmp_path: Path) -> None:
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    assert db.tables() == ["café", "t"]
+    text = db.describe("café")
+    assert '"naïve" TEXT' in text and '"日本" INTEGER' in text and "v1" in text
+    assert db.query('SELECT "日本" FROM "café" WHERE "naïve" = \'v3\'').rows == ((6,),)
+    with pytest.raises(ToolError, match="no table named"):
+        db.describe('café" ; DROP TABLE t; --')
+
+
+def test_missing_and_non_sqlite_files(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="does not exist"):
+        SQLiteDatabase(tmp_path / "nope.sqlite")
+    bad = tmp_path / "bad.sqlite"
+    bad.write_text("id,name\n1,x\n")
+    with pytest.raises(DatabaseError, match="not an SQLite 3 database"):
+        SQLiteDatabase(bad)
+    assert issubclass(DatabaseError, InfraError)
+    with pytest.raises(DatabaseError, match="names no database"):
+        open_database({})
+
+
+def test_closed_database_is_an_infra_error(tmp_path: Path) -> None:
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    db.close()
+    db.close()
+    with pytest.raises(DatabaseError):
+        db.query("SELECT 1")
