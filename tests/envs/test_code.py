@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401
+from envs.code import CodeEnv
+from envs.code_gen import generate_code_tasks
+from envs.code_tasks import load_code_file, load_humaneval
+from envs.parsing import format_tool_call
+from sandbox.bwrap import BwrapSandbox
+
+HUMANEVAL = load_humaneval()
+
+
+def _submit(code: str) -> str:
+    return f"<answer>```python\n{code}```</answer>"
+
+
+@pytest.fixture(scope="module")
+def he_env():
+    env = CodeEnv(HUMANEVAL, sandbox="bwrap")
+    yield env
+    env.close()
+
+
+def _grade(env: CodeEnv, task_id: str, code: str) -> dict:
+    env.reset(options={"task_id": task_id})
+    _, reward, terminated, _, info = env.step(_submit(code))
+    assert terminated and info["reward_status"] == "ok"
+    return info
+
+
+def test_registered_env_checks_and_runs_tools():
+    env = gym.make("prm/Code-v0")
+    check_env(env.unwrapped)
+    env.reset(seed=1)
+    _, r, term, trunc, info = env.step(format_tool_call("python", {"code": "print(6*7)"}))
+    assert info["tool"]["ok"] and r == 0.0 and not term and not trunc
+    _, r, _, _, info = env.step(format_tool_call("python", {"code": "raise KeyError('k')"}))
+    assert info["reward_tool"] == pytest.approx(-0.1) and r == pytest.approx(-0.1)
+    env.close()
+    env.close()
+
+
+@pytest.mark.parametrize("index", range(0, 164, 17))
+def test_humaneval_canonical_pass_and_broken_fail(he_env, index):
+    task = HUMANEVAL[index]
+    info = _grade(he_env, task.id, task.answer)
+    assert info["judge"]["rule/unit_tests"]["score"] == 1.0 and info["reward_outcome"] == pytest.approx(1.0)
+    broken = task.meta["prompt_code"] + "    raise NotImplementedError\n"
+    info = _grade(he_env, task.id, broken)
+    assert info["reward_outcome"] == 0.0
+
+
+def test_all_164_humaneval_canonical_solutions_pass(he_env):
+    failed = [t.id for t in HUMANEVAL if _grade(he_env, t.id, t.answer)["reward_outcome"] != pytest.approx(1.0)]
+    assert failed == []
+
+
+def test_partial_credit_and_faked_results_earn_nothing(he_env):
+    task = HUMANEVAL.get("HumanEval/0")
+    wrong = "def has_close_elements(numbers, threshold):\n    return True\n"
+    info = _grade(he_env, task.id, wrong)
+    assert 0 < info["judge"]["rule/unit_tests"]["score"] < 1 and info["judge"]["rule/unit_tests_all"]["score"] == 0
+    fake = (
+        "import os, json\nfor i in range(50):\n"
+        "    os.write(1, (json.dumps(['x', i, True, '']) + '\\n').encode())\nraise SystemExit(0)\n"
+    )
+    info = _grade(he_env, task.id, fake)
+    assert info["reward_outcome"] == 0.0
+
+
+def test_generated_tasks_reference_solutions_pass():
+    tasks = generate_code_tasks(12, seed=3)
+    assert [t.prompt for t in tasks] == [t.prompt for t in generate_code_tasks(12, seed=3)]
+    env = CodeEnv(tasks, sandbox="bwrap")
+    for task in list(tasks)[:6]:
+        info = _grade(env, task.id, task.answer)
+        assert info["reward_outcome"] == pytest.approx(1.0), task.id
+    env.close()
+
+
+def test_mbpp_and_humaneval_jsonl_loader(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    recs = [
+        {
+            "task_id": 7,
+            "text": "Add two numbers.",
+            "code": "def add(a, b):\n    return a + b\n",
+            "test_list": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+        },
+        {
+            "task_id": "he",
+            "prompt": "def sq(x):\n",
+            "test": "def check(candidate):\n    assert candidate(3) == 9\n",
+            "entry_point": "sq",
+            "canonical_solution": "    return x * x\n",
+        },
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in recs))
+    tasks = load_code_file(path)
+    env = CodeEnv(path, sandbox="bwrap")
+    assert _grade(env, "7", tasks.get("7").answer)["reward_outcome"] == pytest.approx(1.0)
+    half = "def add(a, b):\n    return 3\n"
+    assert _grade(env, "7", half)["judge"]["rule/unit_tests"]["score"] == 0.5
+    assert _grade(env, "he", "    return x * x\n")["reward_outcome"] == pytest.approx(1.0)
+    env.close()
+
+
+def test_sandbox_failure_is_infra_error_not_a_wrong_answer():
+    broken = BwrapSandbox(bwrap="/bin/false")
+    env = CodeEnv(
+        generate_code_tasks(3),
+        sandbox=broken,
+        judge_kwargs={"rule/unit_tests": {"sandbox": broken}, "rule/unit_tests_all": {"sandbox": broken}},
+    )
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(format_tool_call("python", {"code": "print(1)"}))
+    assert info["reward_status"] == "infra_error" and info["reward_tool"] == 0.0
+    _, _, term, _, info = env.step(_submit("def f():\n    pass\n"))
+    assert term and info["reward_status"] == "infra_error" and "error" in info["judge"]["rule/unit_tests"]
+    env.close()
