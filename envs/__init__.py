@@ -5,6 +5,7 @@ from __future__ import annotations
 from gymnasium.envs.registration import register, registry
 
 from envs.base import ToolEnv
+from envs.custom import register_tool_env
 from envs.errors import (
     ConfigError,
     InfraError,
@@ -36,6 +37,7 @@ __all__ = [
     "ToolParseError",
     "ToolResult",
     "UnicodeText",
+    "register_tool_env",
 ]
 
 _ENVS = {

@@ -21,6 +21,7 @@ import asyncio
 import copy
 import inspect
 import math
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Self
@@ -68,6 +69,8 @@ class ToolEnv(gym.Env[str, str]):
         max_tool_output_chars: each tool output shown to the agent is cut to this length.
         instructions: text appended to every task prompt (answer format, tool hints).
         judge_kwargs: keyword arguments per judge id, e.g. ``{"rule/math_equiv": {"timeout_s": 2}}``.
+        tool_timeout_s: if set, each tool call runs in its own thread and a call that takes longer
+            is abandoned and flagged as an infrastructure error (a hung tool never blocks the env).
         render_mode: ``"ansi"`` or None.
     """
 
@@ -91,6 +94,7 @@ class ToolEnv(gym.Env[str, str]):
         max_tool_output_chars: int = 8192,
         instructions: str = "",
         judge_kwargs: dict[str, dict[str, Any]] | None = None,
+        tool_timeout_s: float | None = None,
         render_mode: str | None = None,
     ):
         if max_turns < 1:
@@ -109,6 +113,7 @@ class ToolEnv(gym.Env[str, str]):
         self.max_action_chars = max_action_chars
         self.max_tool_output_chars = max_tool_output_chars
         self.instructions = instructions
+        self.tool_timeout_s = tool_timeout_s
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_chars)
         self.observation_space = UnicodeText(MAX_OBS_CHARS)
@@ -249,10 +254,7 @@ class ToolEnv(gym.Env[str, str]):
             return ToolResult(call.name, False, problem)
         start = time.perf_counter()
         try:
-            out = tool.fn(**call.arguments)
-            if inspect.isawaitable(out):
-                out = asyncio.run(_await(out))
-            ok, text, infra = True, str(out), False
+            ok, text, infra = True, str(self._invoke(tool, call.arguments)), False
         except ToolError as exc:
             ok, text, infra = False, f"Error: {exc}", False
         except InfraError as exc:
@@ -261,6 +263,28 @@ class ToolEnv(gym.Env[str, str]):
             ok, text, infra = False, f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
         latency = time.perf_counter() - start
         return ToolResult(call.name, ok, cap_text(text, self.max_tool_output_chars), latency, infra)
+
+    def _invoke(self, tool: Tool, arguments: dict[str, Any]) -> Any:
+        """Call a tool: directly, or in a daemon thread when it is async or has a time limit."""
+        if self.tool_timeout_s is None and not inspect.iscoroutinefunction(tool.fn):
+            return tool.fn(**arguments)
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                out = tool.fn(**arguments)
+                box["value"] = asyncio.run(_await(out)) if inspect.isawaitable(out) else out
+            except BaseException as exc:  # re-raised in the env's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)
+        worker.start()
+        worker.join(self.tool_timeout_s)
+        if worker.is_alive():
+            raise InfraError(f"no result within {self.tool_timeout_s}s; the call was abandoned")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
 
     def _judge(self, turn: Turn) -> tuple[dict[str, float], dict[str, dict[str, Any]], bool]:
         terms = dict.fromkeys(self.reward_terms, 0.0)

@@ -60,3 +60,17 @@ class UnicodeText(spaces.Space[str]):
 
     def from_jsonable(self, sample_n: list[Any]) -> list[str]:
         return [str(s) for s in sample_n]
+
+
+def _register_vector_support() -> None:
+    """Let Gymnasium's vector envs batch UnicodeText observations (as tuples of str)."""
+    from collections.abc import Callable
+
+    from gymnasium.vector.utils import create_empty_array
+
+    @create_empty_array.register(UnicodeText)
+    def _empty(space: UnicodeText, n: int = 1, fn: Callable[..., Any] = np.zeros) -> tuple[str, ...]:
+        return tuple("" for _ in range(n))
+
+
+_register_vector_support()

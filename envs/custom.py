@@ -1,0 +1,167 @@
+"""Bring your own tools: :func:`register_tool_env` turns plain functions into a Gymnasium env.
+
+Example::
+
+    from envs import register_tool_env
+
+    def get_forecast(city: str, day: int) -> str:
+        \"\"\"The forecast for a city.
+
+        Args:
+            city: the city name.
+            day: days from today (0 = today).
+        \"\"\"
+        ...
+
+    register_tool_env("mylab/Weather-v0", tools=[get_forecast], tasks="tasks.jsonl",
+                      judge="rule/exact_match + 0.1*rule/format")
+    env = gym.make("mylab/Weather-v0")
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gymnasium.envs.registration import register, registry
+
+from envs.base import ToolEnv
+from envs.errors import ConfigError, TaskError
+from envs.tasks import Task, TaskSet, as_task_set, read_jsonl
+from envs.tools import Tool
+from rewards.combine import JudgeSpec, parse_judge_spec
+
+TaskSource = (
+    str | Path | TaskSet | Iterable[Task | Mapping[str, Any]] | Callable[[], Iterable[Task | Mapping[str, Any]]]
+)
+
+
+def load_task_file(path: str | Path) -> TaskSet:
+    """Read a generic jsonl task file.
+
+    Each line is an object with a prompt (``prompt`` or ``question``), a gold answer
+    (``answer``, ``answers`` or ``golden_answers``), an optional ``id`` and optional ``meta``.
+    """
+    tasks = []
+    for lineno, rec in read_jsonl(path):
+        prompt = rec.get("prompt", rec.get("question"))
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise TaskError(f"{path}:{lineno}: each task needs a non-empty 'prompt' (or 'question').")
+        answer = rec.get("answer", rec.get("answers", rec.get("golden_answers")))
+        meta = rec.get("meta", {})
+        if not isinstance(meta, dict):
+            raise TaskError(f"{path}:{lineno}: 'meta' must be an object.")
+        tasks.append(Task(str(rec.get("id", f"line-{lineno}")), prompt, answer, meta))
+    return TaskSet(tasks, name=str(path))
+
+
+class CustomToolEnv(ToolEnv):
+    """An env made by :func:`register_tool_env` from plain functions.
+
+    ## Description
+    The agent solves each task by calling the registered tools over several turns, then
+    submits ``<answer>...</answer>``.
+
+    ## Action Space / Observation Space
+    ``UnicodeText``, as for every prm/ env: the assistant's raw text in, the tool results out.
+
+    ## Rewards
+    The judge expression given at registration (default ``rule/exact_match + 0.1*rule/format``).
+
+    ## Episode End
+    Terminated on an answer; truncated after ``max_turns`` turns.
+
+    ## Information
+    The prm-gym info contract (``reward_<term>``, ``reward_status``, ``judge``, ``tool``, ``parse``).
+
+    ## Arguments
+    ``tools``, ``tasks``, ``judge``, ``max_turns``, ``instructions``, ``tool_timeout_s``.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Callable[..., Any] | Tool],
+        tasks: TaskSource,
+        judge: str | JudgeSpec = "rule/exact_match + 0.1*rule/format",
+        max_turns: int = 8,
+        instructions: str = "When you know the answer, reply with it inside <answer></answer>.",
+        tool_timeout_s: float | None = 30.0,
+        **kwargs: Any,
+    ):
+        source = tasks() if callable(tasks) and not isinstance(tasks, TaskSet) else tasks
+        task_set = as_task_set(source, load_task_file, lambda: TaskSet([]))
+        super().__init__(
+            task_set,
+            tools=[t if isinstance(t, Tool) else Tool.from_function(t) for t in tools],
+            judge=judge,
+            max_turns=max_turns,
+            instructions=instructions,
+            tool_timeout_s=tool_timeout_s,
+            **kwargs,
+        )
+
+
+def register_tool_env(
+    env_id: str,
+    tools: Iterable[Callable[..., Any] | Tool],
+    tasks: TaskSource,
+    judge: str = "rule/exact_match + 0.1*rule/format",
+    max_turns: int = 8,
+    *,
+    instructions: str = "When you know the answer, reply with it inside <answer></answer>.",
+    tool_timeout_s: float | None = 30.0,
+    nondeterministic: bool = False,
+    overwrite: bool = False,
+) -> None:
+    """Register a Gymnasium env id whose agent uses ``tools`` to solve ``tasks``.
+
+    Args:
+        env_id: the id, e.g. ``"mylab/Weather-v0"``.
+        tools: plain functions (sync or async) with type hints; their docstrings' summary and
+            ``Args:`` become the OpenAI function schema. ``Tool`` objects are accepted too.
+        tasks: a jsonl path, a list of ``Task``/dicts, a ``TaskSet``, or a zero-argument
+            function returning tasks (called when the env is made).
+        judge: a judge expression.
+        max_turns: turn budget (also Gymnasium's ``max_episode_steps``).
+        instructions: appended to every task prompt.
+        tool_timeout_s: a tool call taking longer is abandoned and flagged ``infra_error``.
+        nondeterministic: set True when a judge or tool is not deterministic (LLM judges).
+        overwrite: replace an existing registration of ``env_id``.
+
+    Raises:
+        ConfigError: the id is taken, a tool has no type hints or a type JSON cannot express,
+            or the judge expression is malformed. Checked now, not at ``gym.make``.
+    """
+    if env_id in registry and not overwrite:
+        raise ConfigError(f"env id {env_id!r} is already registered; pick another id or pass overwrite=True.")
+    tool_list = [t if isinstance(t, Tool) else Tool.from_function(t) for t in tools]
+    names = [t.name for t in tool_list]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{env_id}: two tools share a name ({names}); tool names must be unique.")
+    for t in tool_list:
+        if not callable(t.fn) or inspect.isclass(t.fn):
+            raise ConfigError(f"{env_id}: tool {t.name!r} is not a function.")
+    parse_judge_spec(judge)
+    if inspect.isgenerator(tasks):
+        tasks = list(tasks)
+    if env_id in registry:
+        del registry[env_id]
+    register(
+        id=env_id,
+        entry_point="envs.custom:CustomToolEnv",
+        max_episode_steps=max_turns,
+        nondeterministic=nondeterministic,
+        kwargs={
+            "tools": tool_list,
+            "tasks": tasks,
+            "judge": judge,
+            "max_turns": max_turns,
+            "instructions": instructions,
+            "tool_timeout_s": tool_timeout_s,
+        },
+    )

@@ -1,0 +1,21 @@
+"""Generated questions whose answers need the forecast tool."""
+
+from __future__ import annotations
+
+from envs.tasks import Task
+from weather_agent.tools import TOWNS, forecast_high_c
+
+
+def generate_tasks(n: int = 200, seed: int = 0) -> list[Task]:
+    tasks = []
+    for k in range(n):
+        city, day = TOWNS[(k * 7 + seed) % len(TOWNS)], (k * 3 + seed) % 7
+        high = forecast_high_c(city, day)
+        if k % 2:
+            prompt = f"What is the forecast high temperature in {city} in {day} days, in degrees Fahrenheit?"
+            answer = f"{high * 9 / 5 + 32:g}"
+        else:
+            prompt = f"What is the forecast high temperature in {city} in {day} days, in degrees Celsius?"
+            answer = str(high)
+        tasks.append(Task(f"weather-{seed}-{k:04d}", prompt, answer, {"city": city, "day": day}))
+    return tasks
