@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from envs.errors import ConfigError
@@ -31,8 +31,19 @@ class JudgeSpec:
     """A parsed judge expression: ``(weight, judge_id)`` pairs, in order."""
 
     items: tuple[tuple[float, str], ...]
+    options: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
+        text = self._terms()
+        if self.options:
+            text += " ; " + ", ".join(f"{k}={v}" for k, v in self.options)
+        return text
+
+    def combine_config(self) -> CombineConfig:
+        """The :class:`CombineConfig` the expression's options (after ``;``) select."""
+        return CombineConfig.from_options(dict(self.options))
+
+    def _terms(self) -> str:
         parts = []
         for i, (w, jid) in enumerate(self.items):
             sign = "-" if w < 0 else "+"
@@ -56,7 +67,11 @@ def parse_judge_spec(expr: str | JudgeSpec) -> JudgeSpec:
         return expr
     if not isinstance(expr, str) or not expr.strip():
         raise ConfigError("judge expression is empty; give e.g. 'rule/exact_match + 0.1*rule/format'.")
-    tokens = re.split(r"\s+([+-])\s+", expr.strip())
+    terms_text, _, options_text = expr.partition(";")
+    options = _parse_options(expr, options_text) if _ else ()
+    if not terms_text.strip():
+        raise ConfigError(f"judge expression {expr!r} has options but no judges before ';'.")
+    tokens = re.split(r"\s+([+-])\s+", terms_text.strip())
     first = tokens[0]
     sign = 1.0
     if first.startswith("-"):
@@ -79,7 +94,7 @@ def parse_judge_spec(expr: str | JudgeSpec) -> JudgeSpec:
     ids = [i for _, i in items]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"judge expression {expr!r} names a judge twice; merge the weights.")
-    return JudgeSpec(tuple(items))
+    return JudgeSpec(tuple(items), options)
 
 
 def weighted_sum(terms: Mapping[str, float]) -> float:
@@ -94,3 +109,160 @@ def weighted_sum(terms: Mapping[str, float]) -> float:
             raise ValueError(f"reward term {name!r} is not finite ({value!r}).")
         total += value
     return total
+
+
+# ---------------------------------------------------------------------------- combination options
+_OPTION_RE = re.compile(r"^\s*(?P<k>[a-z_]+)\s*=\s*(?P<v>[A-Za-z0-9_.+-]+)\s*$")
+
+
+def _parse_options(expr: str, text: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for piece in text.split(","):
+        m = _OPTION_RE.match(piece)
+        if not m:
+            raise ConfigError(
+                f"judge expression {expr!r}: cannot read option {piece.strip()!r}; write options after ';' "
+                "as 'key=value' joined by ',' (e.g. 'rule/f1 + 0.3*llm/turn ; credit=min, gate=0.5')."
+            )
+        out.append((m.group("k"), m.group("v")))
+    CombineConfig.from_options(dict(out))  # validate now, with a clear message
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class CombineConfig:
+    """How a trajectory's per-turn process rewards and its outcome reward are mixed.
+
+    Written in a judge expression after ``;``, e.g. ``"rule/f1 + 0.3*llm/turn ; credit=min, gate=0.5"``.
+
+    Attributes:
+        credit: ``"sum"`` (each turn keeps its process reward) or ``"min"`` (PURE: min-form credit
+            assignment, a turn's value is the minimum of the future process rewards).
+        gate: G-RA gated accumulation: process rewards count only when the outcome reaches this
+            value (None: no gate).
+        norm: ``"none"``, ``"zscore"`` or ``"minmax"``: normalise process and outcome rewards
+            (each over the group) before they are mixed (PPR's ReNorm idea).
+        clip: clip every mixed reward to ``[-clip, clip]`` (None: no clipping).
+    """
+
+    credit: str = "sum"
+    gate: float | None = None
+    norm: str = "none"
+    clip: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.credit not in ("sum", "min"):
+            raise ConfigError(f"credit must be 'sum' or 'min', got {self.credit!r}.")
+        if self.norm not in ("none", "zscore", "minmax"):
+            raise ConfigError(f"norm must be 'none', 'zscore' or 'minmax', got {self.norm!r}.")
+        if self.gate is not None and not math.isfinite(self.gate):
+            raise ConfigError(f"gate must be a finite number, got {self.gate!r}.")
+        if self.clip is not None and not (math.isfinite(self.clip) and self.clip > 0):
+            raise ConfigError(f"clip must be a finite number > 0, got {self.clip!r}.")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> CombineConfig:
+        """Build from ``key=value`` strings; unknown keys raise :class:`ConfigError`."""
+        unknown = set(options) - {"credit", "gate", "norm", "clip"}
+        if unknown:
+            raise ConfigError(f"unknown combination option(s) {sorted(unknown)}; use credit, gate, norm, clip.")
+        try:
+            gate = float(options["gate"]) if "gate" in options else None
+            clip = float(options["clip"]) if "clip" in options else None
+        except ValueError as exc:
+            raise ConfigError(f"gate and clip must be numbers: {exc}") from exc
+        return cls(options.get("credit", "sum"), gate, options.get("norm", "none"), clip)
+
+
+# ---------------------------------------------------------------------------- pure combination maths
+def check_finite(values: Sequence[float], what: str = "reward") -> list[float]:
+    """``values`` as floats; raises ValueError naming the first non-finite one."""
+    out = [float(v) for v in values]
+    for i, v in enumerate(out):
+        if not math.isfinite(v):
+            raise ValueError(f"{what}[{i}] is not finite ({v!r}).")
+    return out
+
+
+def clip(values: Sequence[float], low: float, high: float) -> list[float]:
+    """Each value clipped to ``[low, high]`` (non-finite values raise ValueError)."""
+    if low > high:
+        raise ValueError(f"clip bounds are reversed: low={low} > high={high}.")
+    return [min(high, max(low, v)) for v in check_finite(values)]
+
+
+def min_form_values(process: Sequence[float]) -> list[float]:
+    """PURE's min-form value of each turn: the minimum of its own and all future process rewards."""
+    out: list[float] = []
+    running = math.inf
+    for r in reversed(check_finite(process, "process")):
+        running = min(running, r)
+        out.append(running)
+    return out[::-1]
+
+
+def min_form_rewards(process: Sequence[float]) -> list[float]:
+    """Per-turn rewards whose return-to-go from turn t equals :func:`min_form_values` at t."""
+    values = min_form_values(process)
+    return [v - (values[i + 1] if i + 1 < len(values) else 0.0) for i, v in enumerate(values)]
+
+
+def gated(process: Sequence[float], outcome: float, gate: float) -> list[float]:
+    """G-RA gated accumulation: the process rewards when ``outcome >= gate``, else zeros."""
+    rewards = check_finite(process, "process")
+    if not math.isfinite(outcome):
+        raise ValueError(f"outcome is not finite ({outcome!r}).")
+    return rewards if outcome >= gate else [0.0] * len(rewards)
+
+
+def normalize(values: Sequence[float], method: str = "zscore", eps: float = 1e-6) -> list[float]:
+    """``values`` normalised over the group: ``"zscore"``, ``"minmax"`` (to [0, 1]) or ``"none"``.
+
+    A constant group normalises to zeros (z-score) or stays put (min-max gives zeros too).
+    """
+    xs = check_finite(values)
+    if method == "none" or not xs:
+        return xs
+    if method == "minmax":
+        lo, hi = min(xs), max(xs)
+        return [0.0 if hi - lo < eps else (x - lo) / (hi - lo) for x in xs]
+    if method == "zscore":
+        mean = sum(xs) / len(xs)
+        std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
+        return [0.0 if std < eps else (x - mean) / std for x in xs]
+    raise ValueError(f"unknown normalisation {method!r}; use 'zscore', 'minmax' or 'none'.")
+
+
+def combine_group(
+    process: Sequence[Sequence[float]], outcomes: Sequence[float], config: CombineConfig | None = None
+) -> list[list[float]]:
+    """Per-turn rewards of a group of trajectories, mixed as ``config`` says.
+
+    Args:
+        process: per trajectory, its turns' (already weighted) process rewards.
+        outcomes: per trajectory, its outcome reward (paid on its last turn).
+        config: credit assignment, gate, normalisation and clipping.
+
+    Returns:
+        Per trajectory, one finite reward per turn.
+    """
+    cfg = config or CombineConfig()
+    if len(process) != len(outcomes):
+        raise ValueError(f"{len(process)} process sequences but {len(outcomes)} outcomes.")
+    outcome_raw = check_finite(outcomes, "outcome")
+    if cfg.norm != "none":  # ReNorm: process rewards normalised over all turns of the group
+        flat = normalize([r for traj in process for r in traj], cfg.norm)
+        sizes, process, start = [len(t) for t in process], [], 0
+        for n in sizes:
+            process.append(flat[start : start + n])
+            start += n
+    outcome_mixed = normalize(outcome_raw, cfg.norm)
+    out: list[list[float]] = []
+    for traj, raw, mixed in zip(process, outcome_raw, outcome_mixed, strict=True):
+        rewards = gated(traj, raw, cfg.gate) if cfg.gate is not None else check_finite(traj, "process")
+        if cfg.credit == "min":
+            rewards = min_form_rewards(rewards)
+        if rewards:
+            rewards[-1] += mixed
+        out.append(clip(rewards, -cfg.clip, cfg.clip) if cfg.clip is not None else rewards)
+    return out

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from rewards.types import Turn, Verdict
 
 Scope = Literal["turn", "final"]
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -44,12 +46,34 @@ class AsyncJudge(Protocol):
     async def ascore(self, turns: Sequence[Turn]) -> list[Verdict]: ...
 
 
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _private_loop() -> asyncio.AbstractEventLoop:
+    """A process-wide event loop running on its own daemon thread, started on first use."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="prm-judge-loop", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code, even inside a running event loop.
+
+    The coroutine runs on a private loop thread, so a sync caller that is itself called from
+    an ``async def`` (a rollout worker, a notebook) does not deadlock its own loop.
+    """
+    if threading.current_thread().name == "prm-judge-loop":
+        raise RuntimeError("run_sync() called from the judge loop itself; await the coroutine instead.")
+    return asyncio.run_coroutine_threadsafe(coro, _private_loop()).result()
+
+
 def score_batch(judge: Judge | AsyncJudge, turns: Sequence[Turn]) -> list[Verdict]:
-    """Score with either kind of judge from synchronous code."""
+    """Score with either kind of judge from synchronous code (inside a running loop too)."""
     if isinstance(judge, Judge):
         return judge.score(turns)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(judge.ascore(turns))
-    raise RuntimeError("score_batch() called inside a running event loop; await judge.ascore() instead.")
+    return run_sync(judge.ascore(turns))
