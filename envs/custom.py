@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gymnasium.envs.registration import register, registry
 
@@ -77,7 +77,9 @@ class CustomToolEnv(ToolEnv):
     The prm-gym info contract (``reward_<term>``, ``reward_status``, ``judge``, ``tool``, ``parse``).
 
     ## Arguments
-    ``tools``, ``tasks``, ``judge``, ``max_turns``, ``instructions``, ``tool_timeout_s``.
+    ``tools``, ``tasks``, ``judge``, ``max_turns``, ``instructions``, ``tool_timeout_s``, and
+    ``split`` (passed to a tasks function that takes a ``split`` argument, so held-out
+    evaluation can ask for ``split="test"``; ignored otherwise).
 
     ## Version History
     * v0: initial version.
@@ -91,9 +93,14 @@ class CustomToolEnv(ToolEnv):
         max_turns: int = 8,
         instructions: str = "When you know the answer, reply with it inside <answer></answer>.",
         tool_timeout_s: float | None = 30.0,
+        split: str = "train",
         **kwargs: Any,
     ):
-        source = tasks() if callable(tasks) and not isinstance(tasks, TaskSet) else tasks
+        source: Any = tasks
+        if callable(tasks) and not isinstance(tasks, TaskSet):
+            make_tasks: Callable[..., Any] = tasks
+            wants_split = "split" in inspect.signature(make_tasks).parameters
+            source = make_tasks(split=split) if wants_split else make_tasks()
         task_set = as_task_set(source, load_task_file, lambda: TaskSet([]))
         super().__init__(
             task_set,
@@ -124,8 +131,8 @@ def register_tool_env(
         env_id: the id, e.g. ``"mylab/Weather-v0"``.
         tools: plain functions (sync or async) with type hints; their docstrings' summary and
             ``Args:`` become the OpenAI function schema. ``Tool`` objects are accepted too.
-        tasks: a jsonl path, a list of ``Task``/dicts, a ``TaskSet``, or a zero-argument
-            function returning tasks (called when the env is made).
+        tasks: a jsonl path, a list of ``Task``/dicts, a ``TaskSet``, or a function returning
+            tasks (called when the env is made, with ``split=`` if it takes that argument).
         judge: a judge expression.
         max_turns: turn budget (also Gymnasium's ``max_episode_steps``).
         instructions: appended to every task prompt.
@@ -148,7 +155,7 @@ def register_tool_env(
             raise ConfigError(f"{env_id}: tool {t.name!r} is not a function.")
     parse_judge_spec(judge)
     if inspect.isgenerator(tasks):
-        tasks = list(tasks)
+        tasks = list(cast(Iterable[Task | Mapping[str, Any]], tasks))
     if env_id in registry:
         del registry[env_id]
     register(

@@ -1,0 +1,170 @@
+"""Batches, Tree-GRPO sampling and async collection over the real prm/Math-v0 env."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import envs  # noqa: F401
+from agents.chat import ChatTemplate
+from agents.policy import FakePolicy, SamplingParams
+from agents.rollout import rollout
+from training.asyncrl import AsyncCollector
+from training.batch import Grouping, build_batch
+from training.config import LossConfig, TreeConfig
+from training.tree import sample_trees
+
+KW: dict[str, Any] = {"levels": [1], "num_tasks": 10, "max_turns": 4}
+
+
+def make_env() -> gym.Env:
+    return gym.make("prm/Math-v0", **KW)
+
+
+def solver(prompt: str, call: int) -> str:
+    """Calls the calculator on the problem, then answers with the last tool result; every third
+    call answers wrong straight away."""
+    if call % 3 == 2:
+        return "<answer>-1</answer>"
+    results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt)
+    if results:
+        return f"<answer>{results[-1]}</answer>"
+    expr = re.findall(r"What is (.*?)\?", prompt)[-1]
+    return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expr}"}}}}</tool_call>'
+
+
+def test_batch_masks_prompt_and_tool_tokens_and_ranks_outcomes(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer)
+    tid = make_env().unwrapped.tasks.ids[0]  # type: ignore[attr-defined]
+    trajs = rollout(
+        [make_env() for _ in range(2)], FakePolicy(tiny_tokenizer, solver), chat, task_ids=[tid, tid], seeds=[0, 1]
+    )
+    batch = build_batch(trajs, Grouping([0, 0]), LossConfig(process_coef=0.0))
+    for i, t in enumerate(trajs):
+        sampled = sum(turn.end - turn.start for turn in t.turns)
+        assert int(batch.loss_mask[i].sum()) == sampled  # prompt and tool results never trained
+    good = int(np.argmax([t.total_reward for t in trajs]))
+    assert trajs[good].total_reward > trajs[1 - good].total_reward
+    assert float(batch.advantages[good][batch.loss_mask[good] > 0].min()) > 0
+    assert float(batch.advantages[1 - good][batch.loss_mask[1 - good] > 0].max()) < 0
+
+
+def test_infra_error_trajectories_and_groups_are_excluded(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer)
+    trajs = rollout(
+        [make_env() for _ in range(4)],
+        FakePolicy(tiny_tokenizer, solver),
+        chat,
+        task_ids=["math-train-0-00000"] * 2 + ["math-train-0-00001"] * 2,
+        seeds=[0, 1, 2, 3],
+    )
+    trajs[0].turns[-1].status = "infra_error"
+    batch = build_batch(trajs, Grouping([0, 0, 1, 1]), LossConfig())
+    assert batch.stats["excluded_trajectories"] == 2.0  # the failed one and its lone partner
+    assert batch.stats["excluded_groups"] == 1.0
+    assert batch.stats["infra_error_turns"] == 1.0
+    assert float(batch.loss_mask[:2].sum()) == 0.0
+    assert float(batch.loss_mask[2:].sum()) > 0.0
+
+
+def test_tree_leaves_share_prefixes_and_save_generation(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer)
+    policy = FakePolicy(tiny_tokenizer, ["thinking", "still thinking", "more", "<answer>3</answer>"])
+    cfg = TreeConfig(num_trees=2, expand_nodes=2, expand_rounds=2)
+    sample = sample_trees(
+        make_env,
+        policy,
+        chat,
+        ["math-train-0-00000"],
+        [5],
+        cfg,
+        np.random.default_rng(0),
+        sampling=SamplingParams(max_new_tokens=32),
+    )
+    assert len(sample.leaves) == cfg.leaves_per_task == 10
+    assert sorted(set(sample.trees)) == [0, 1] and set(sample.tasks) == {0}
+    chains = [leaf for leaf in sample.leaves[:1]]
+    for leaf in sample.leaves:
+        assert leaf.turns and leaf.task_id == "math-train-0-00000"
+        assert leaf.token_ids[: leaf.turns[0].start] == chains[0].token_ids[: chains[0].turns[0].start]
+    full = sum(leaf.num_generated_tokens for leaf in sample.leaves)
+    assert 0 < sample.generated_tokens < full  # shared prefixes are generated once
+    batch = build_batch(sample.leaves, sample.grouping, LossConfig())
+    assert batch.input_ids.shape[0] == 10
+
+
+def test_tree_branches_are_real_env_continuations(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer)
+    sample = sample_trees(
+        make_env,
+        FakePolicy(tiny_tokenizer, solver),
+        chat,
+        ["math-train-0-00003"],
+        [1],
+        TreeConfig(num_trees=1, expand_nodes=3, expand_rounds=1),
+        np.random.default_rng(1),
+    )
+    env = make_env()
+    gold = env.unwrapped.tasks.get(  # type: ignore[attr-defined]
+        "math-train-0-00003"
+    ).answer
+    for leaf in sample.leaves:
+        if leaf.turns[-1].info["answer"] == gold:
+            assert leaf.total_reward >= 1.0  # the real judge scored the branch
+    assert sample.tool_calls >= 1
+
+
+def _collector(tiny_tokenizer: Any, staleness: int, producers: int) -> AsyncCollector:
+    def load(policy: Any, state: Any, version: int) -> None:
+        policy.version = version
+
+    return AsyncCollector(
+        lambda p: FakePolicy(tiny_tokenizer, solver),
+        load,
+        make_env,
+        ChatTemplate(tiny_tokenizer),
+        lambda i: (f"math-train-0-{i % 10:05d}", i),
+        group_size=2,
+        groups_per_step=2,
+        max_staleness=staleness,
+        producers=producers,
+    ).start()
+
+
+def test_async_with_zero_staleness_is_synchronous(tiny_tokenizer: Any) -> None:
+    col = _collector(tiny_tokenizer, 0, 3)
+    try:
+        for version in range(3):
+            groups, report = col.next_batch(version)
+            assert len(groups) == 2
+            assert report.staleness == [0, 0]
+            assert all(t.policy_version == version for g in groups for t in g)
+            col.publish(version + 1, None)
+    finally:
+        col.close()
+
+
+def test_async_staleness_is_bounded_and_reported(tiny_tokenizer: Any) -> None:
+    col = _collector(tiny_tokenizer, 1, 3)
+    seen: list[int] = []
+    try:
+        for version in range(4):
+            groups, report = col.next_batch(version)
+            seen += report.staleness
+            assert max(report.staleness) <= 1
+            assert report.as_metrics()["staleness_max"] == max(report.staleness)
+            col.publish(version + 1, None)
+    finally:
+        col.close()
+    assert len(seen) == 8
+
+
+def test_rollout_token_ids_unchanged_by_continue_refactor(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer)
+    t = rollout([make_env()], FakePolicy(tiny_tokenizer, solver), chat, task_ids=["math-train-0-00002"], seeds=[0])[0]
+    assert t.terminated and t.total_reward >= 1.0
+    assert torch.tensor(t.loss_mask).sum() == sum(turn.end - turn.start for turn in t.turns)

@@ -1,0 +1,154 @@
+"""Advantages as pure tensor functions: group-relative, turn-level and tree-level.
+
+Conventions: a batch holds ``N`` trajectories; ``groups[i]`` is the group index of
+trajectory ``i`` (a GRPO group, a tree, or all trees of a task); ``valid[i]`` is False for
+trajectories excluded from the statistics (an ``infra_error`` turn), whose advantage is 0.
+Per-turn tensors are ``(N, T)`` padded, with ``turn_mask`` marking real, valid turns.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _group_stats(values: Tensor, groups: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-element (mean, std, count) of its group, over the elements with weight 1."""
+    num = int(groups.max().item()) + 1 if groups.numel() else 0
+    w = weight.to(values.dtype)
+    count = torch.zeros(num, dtype=values.dtype).index_add_(0, groups, w)
+    total = torch.zeros(num, dtype=values.dtype).index_add_(0, groups, values * w)
+    mean = total / count.clamp(min=1)
+    sq = torch.zeros(num, dtype=values.dtype).index_add_(0, groups, (values - mean[groups]) ** 2 * w)
+    std = (sq / (count - 1).clamp(min=1)).sqrt()
+    return mean[groups], std[groups], count[groups]
+
+
+def group_advantages(
+    rewards: Tensor,
+    groups: Tensor,
+    valid: Tensor | None = None,
+    *,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Group-relative advantages ``(r - mean_group) / (std_group + eps)``.
+
+    Args:
+        rewards: ``(N,)`` returns.
+        groups: ``(N,)`` long group index of each return.
+        valid: ``(N,)`` bool; invalid returns are left out of the mean/std and get 0. A group
+            with fewer than two valid members gets 0 everywhere.
+        scale_by_std: divide by the group std (the sample std, ddof=1); False keeps the centred
+            rewards (Dr.GRPO).
+        eps: added to the std.
+
+    Returns:
+        ``(N,)`` advantages.
+    """
+    rewards = rewards.to(torch.float64)
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    mean, std, count = _group_stats(rewards, groups.long(), valid)
+    adv = rewards - mean
+    if scale_by_std:
+        adv = adv / (std + eps)
+    keep = valid & (count >= 2)
+    return torch.where(keep, adv, torch.zeros_like(adv)).float()
+
+
+def reward_to_go(rewards: Tensor, turn_mask: Tensor, gamma: float = 1.0) -> Tensor:
+    """``G_t = r_t + gamma * G_{t+1}`` along the last dim, counting only masked turns.
+
+    Args:
+        rewards: ``(N, T)`` per-turn rewards.
+        turn_mask: ``(N, T)`` bool; masked-out turns contribute 0.
+        gamma: the discount.
+    """
+    r = torch.where(turn_mask.bool(), rewards.to(torch.float64), torch.zeros((), dtype=torch.float64))
+    out = torch.zeros_like(r)
+    running = torch.zeros(r.shape[0], dtype=torch.float64)
+    for t in range(r.shape[1] - 1, -1, -1):
+        running = r[:, t] + gamma * running
+        out[:, t] = running
+    return out
+
+
+def turn_advantages(
+    outcome_adv: Tensor,
+    process_rewards: Tensor,
+    turn_mask: Tensor,
+    groups: Tensor,
+    *,
+    gamma: float = 1.0,
+    process_coef: float = 1.0,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Per-turn advantages: the trajectory's outcome advantage plus normalised process reward-to-go.
+
+    The process part is ``(G_t - b) / s`` where ``G_t`` is the discounted reward-to-go of the
+    per-turn process rewards and ``b``, ``s`` are the mean and std of ``G`` over *all* valid
+    turns of the group, pooled across turn indices. A per-turn-index baseline would be biased
+    when the policy decides when to stop (late indices only exist in long episodes).
+
+    Args:
+        outcome_adv: ``(N,)`` outcome advantages (from :func:`group_advantages`).
+        process_rewards: ``(N, T)`` per-turn process rewards, padded.
+        turn_mask: ``(N, T)`` bool, True on real turns of valid trajectories.
+        groups: ``(N,)`` group index of each trajectory.
+        gamma: discount of the reward-to-go.
+        process_coef: weight of the process part (0: outcome only).
+        scale_by_std: divide the process part by the pooled std.
+        eps: added to the std.
+
+    Returns:
+        ``(N, T)`` advantages, 0 on masked turns.
+    """
+    mask = turn_mask.bool()
+    rtg = reward_to_go(process_rewards, mask, gamma)
+    n, t = rtg.shape
+    flat_groups = groups.long()[:, None].expand(n, t).reshape(-1)
+    mean, std, count = _group_stats(rtg.reshape(-1), flat_groups, mask.reshape(-1))
+    proc = rtg.reshape(-1) - mean
+    if scale_by_std:
+        proc = torch.where(std > eps, proc / (std + eps), torch.zeros_like(proc))
+    proc = torch.where(count >= 2, proc, torch.zeros_like(proc)).reshape(n, t)
+    adv = outcome_adv.to(torch.float64)[:, None] + process_coef * proc
+    return torch.where(mask, adv, torch.zeros_like(adv)).float()
+
+
+def tree_advantages(
+    rewards: Tensor,
+    trees: Tensor,
+    tasks: Tensor,
+    valid: Tensor | None = None,
+    *,
+    scale_by_std: bool = True,
+) -> Tensor:
+    """Tree-GRPO leaf advantages: intra-tree plus inter-tree group-relative advantages.
+
+    Args:
+        rewards: ``(N,)`` leaf returns.
+        trees: ``(N,)`` index of each leaf's tree (unique across tasks).
+        tasks: ``(N,)`` index of each leaf's task (the inter-tree group).
+        valid: ``(N,)`` bool, False for leaves excluded from the statistics.
+        scale_by_std: as in :func:`group_advantages`.
+    """
+    intra = group_advantages(rewards, trees, valid, scale_by_std=scale_by_std)
+    inter = group_advantages(rewards, tasks, valid, scale_by_std=scale_by_std)
+    return intra + inter
+
+
+def spread_to_tokens(turn_adv: Tensor, spans: list[list[tuple[int, int]]], length: int) -> Tensor:
+    """``(N, length)`` per-token advantages: each turn's advantage over its ``[start, end)`` span.
+
+    Args:
+        turn_adv: ``(N, T)`` per-turn advantages.
+        spans: per trajectory, the token span of each turn.
+        length: the padded token length.
+    """
+    out = torch.zeros(len(spans), length)
+    for i, row in enumerate(spans):
+        for t, (start, end) in enumerate(row):
+            out[i, start:end] = turn_adv[i, t]
+    return out

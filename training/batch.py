@@ -1,0 +1,126 @@
+"""From trajectories to a training batch: padded ids, loss mask, behaviour log-probs, advantages.
+
+The reward of each turn is split into an *outcome* part (the terms named in
+``LossConfig.outcome_terms``, summed over the episode into the return that groups compare)
+and a *process* part (every other term, credited turn by turn through reward-to-go).
+Trajectories with an ``infra_error`` turn are excluded from the statistics and the loss, and
+groups left with fewer than two valid members are excluded whole; both are counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from agents.rollout import Trajectory
+from training.advantages import group_advantages, spread_to_tokens, tree_advantages, turn_advantages
+from training.config import LossConfig
+
+
+@dataclass
+class Batch:
+    """Right-padded tensors for the learner, one row per trajectory.
+
+    Attributes:
+        input_ids, attention_mask, loss_mask, behaviour_logprobs, advantages: ``(B, L)``.
+        versions: ``(B,)`` policy version that generated each row.
+        stats: scalars for logging (excluded turns/groups, reward means, ...).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    loss_mask: Tensor
+    behaviour_logprobs: Tensor
+    advantages: Tensor
+    versions: Tensor
+    stats: dict[str, float]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+
+def outcome_and_process(traj: Trajectory, outcome_terms: Sequence[str]) -> tuple[float, list[float]]:
+    """The episode's outcome return and its per-turn process rewards."""
+    outcome, process = 0.0, []
+    for turn in traj.turns:
+        o = sum(turn.terms.get(t, 0.0) for t in outcome_terms)
+        outcome += o
+        process.append(turn.reward - o)
+    return outcome, process
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How trajectories are grouped: ``groups[i]`` for GRPO; ``trees``/``tasks`` for Tree-GRPO."""
+
+    groups: list[int]
+    trees: list[int] | None = None
+
+
+def compute_advantages(
+    trajs: Sequence[Trajectory], grouping: Grouping, cfg: LossConfig
+) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """``(turn_adv (N, T), valid (N,), stats)`` for trajectories grouped by ``grouping``."""
+    n = len(trajs)
+    split = [outcome_and_process(t, cfg.outcome_terms) for t in trajs]
+    outcome = torch.tensor([o for o, _ in split], dtype=torch.float64)
+    groups = torch.tensor(grouping.groups, dtype=torch.long)
+    valid = torch.tensor([not t.infra_error for t in trajs], dtype=torch.bool)
+    # a group with fewer than two valid members carries no baseline: exclude it whole
+    counts = torch.zeros(int(groups.max()) + 1, dtype=torch.long).index_add_(0, groups, valid.long())
+    group_ok = counts[groups] >= 2
+    excluded_groups = int((counts < 2).sum())
+    valid = valid & group_ok
+    if grouping.trees is not None:
+        trees = torch.tensor(grouping.trees, dtype=torch.long)
+        out_adv = tree_advantages(outcome, trees, groups, valid, scale_by_std=cfg.scale_by_std)
+    else:
+        out_adv = group_advantages(outcome, groups, valid, scale_by_std=cfg.scale_by_std)
+    width = max((len(t.turns) for t in trajs), default=0)
+    process = torch.zeros(n, max(width, 1), dtype=torch.float64)
+    tmask = torch.zeros(n, max(width, 1), dtype=torch.bool)
+    for i, (traj, (_, proc)) in enumerate(zip(trajs, split, strict=True)):
+        for t, (turn, r) in enumerate(zip(traj.turns, proc, strict=True)):
+            process[i, t] = r
+            tmask[i, t] = bool(valid[i]) and turn.status != "infra_error"
+    turn_adv = turn_advantages(
+        out_adv,
+        process,
+        tmask,
+        groups,
+        gamma=cfg.gamma,
+        process_coef=cfg.process_coef,
+        scale_by_std=cfg.scale_by_std,
+    )
+    stats = {
+        "excluded_trajectories": float((~valid).sum()),
+        "excluded_groups": float(excluded_groups),
+        "infra_error_turns": float(sum(t.status == "infra_error" for tr in trajs for t in tr.turns)),
+    }
+    return turn_adv, valid, stats
+
+
+def build_batch(trajs: Sequence[Trajectory], grouping: Grouping, cfg: LossConfig, pad_id: int = 0) -> Batch:
+    """Pad ``trajs`` into a :class:`Batch` with per-token advantages; excluded rows get mask 0."""
+    turn_adv, valid, stats = compute_advantages(trajs, grouping, cfg)
+    length = max(len(t.token_ids) for t in trajs)
+    n = len(trajs)
+    ids = torch.full((n, length), pad_id, dtype=torch.long)
+    attn = torch.zeros(n, length, dtype=torch.long)
+    lmask = torch.zeros(n, length)
+    blp = torch.zeros(n, length)
+    for i, t in enumerate(trajs):
+        k = len(t.token_ids)
+        ids[i, :k] = torch.tensor(t.token_ids, dtype=torch.long)
+        attn[i, :k] = 1
+        if valid[i]:
+            lmask[i, :k] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        blp[i, :k] = torch.tensor(t.logprobs, dtype=torch.float32)
+    spans = [[(turn.start, turn.end) for turn in t.turns] for t in trajs]
+    adv = spread_to_tokens(turn_adv, spans, length)
+    versions = torch.tensor([t.policy_version for t in trajs], dtype=torch.long)
+    return Batch(ids, attn, lmask, blp, adv, versions, stats)

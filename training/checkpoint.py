@@ -1,0 +1,56 @@
+"""Atomic checkpoints: everything needed to continue a run exactly.
+
+A checkpoint holds the model and optimiser state, the step and policy version, the sampler's
+RNG state and the config it was made with. It is written to a temporary file in the same
+directory, flushed to disk and moved into place with :func:`os.replace`, so a crash never
+leaves a half-written ``checkpoint.pt``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envs.errors import ConfigError
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    """Write ``state`` atomically to ``path`` (a file name, or a directory for checkpoint.pt)."""
+    target = Path(path)
+    if target.suffix != ".pt":
+        target = target / CHECKPOINT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The state saved by :func:`save_checkpoint` (``path``: a file or a run directory)."""
+    target = Path(path)
+    if target.is_dir():
+        target = target / CHECKPOINT
+    if not target.exists():
+        raise ConfigError(f"no checkpoint at {str(target)!r}; train first or drop --resume.")
+    state: dict[str, Any] = torch.load(target, map_location="cpu", weights_only=False)
+    return state
+
+
+def model_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The model weights in a checkpoint or a bare state dict."""
+    inner = state.get("model")
+    return inner if isinstance(inner, dict) else state

@@ -1,0 +1,234 @@
+"""Training configuration: nested frozen dataclasses, parsed into ``train-agent`` by tyro.
+
+This module imports no torch, so ``train-agent --help`` and config tests stay fast. Every
+field has a docstring (tyro shows it in ``--help``); ``__post_init__`` validates values and
+raises :class:`envs.errors.ConfigError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from envs.errors import ConfigError
+
+
+def _check(ok: bool, name: str, value: Any, fix: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is invalid: {fix}.")
+
+
+def parse_json_kwargs(name: str, text: str) -> dict[str, Any]:
+    """The JSON object in ``text`` (empty text: ``{}``); a ConfigError naming ``name`` otherwise."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{name} must be a JSON object such as '{{\"levels\": [1]}}': {exc}.") from exc
+    _check(isinstance(value, dict), name, text, "give a JSON object such as '{\"levels\": [1]}'")
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the policy samples turns during training."""
+
+    max_new_tokens: int = 48
+    """Most tokens sampled for one assistant turn."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts (0 = greedy)."""
+    max_context_tokens: int = 2048
+    """An episode whose token ids would exceed this is truncated."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "use a value >= 1")
+        _check(self.temperature >= 0, "sampling.temperature", self.temperature, "use a value >= 0")
+        _check(
+            self.max_context_tokens > self.max_new_tokens,
+            "sampling.max_context_tokens",
+            self.max_context_tokens,
+            "make it larger than sampling.max_new_tokens",
+        )
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Advantages and the clipped policy-gradient loss (DAPO-style options slot in here)."""
+
+    scale_by_std: bool = True
+    """Divide group-relative advantages by the group's reward std (Dr.GRPO: False)."""
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How per-token losses become one number: mean over all tokens of the batch, mean over
+    sequences of each sequence's token mean, or mean over sequences of token sums."""
+    clip_low: float = 0.2
+    """Lower PPO clip: the ratio is clipped at 1 - clip_low."""
+    clip_high: float = 0.2
+    """Upper PPO clip: the ratio is clipped at 1 + clip_high (DAPO clip-higher: raise it)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to a frozen copy of the initial policy (0: no reference)."""
+    outcome_terms: tuple[str, ...] = ("outcome",)
+    """Reward terms that form the episode outcome; every other term is a per-turn process reward."""
+    process_coef: float = 1.0
+    """Weight of the normalised per-turn process reward-to-go added to the outcome advantage."""
+    gamma: float = 1.0
+    """Discount of the process reward-to-go across turns."""
+    is_cap: float = 2.0
+    """Truncated importance-sampling cap for the behaviour/current probability ratio."""
+    updates_per_batch: int = 1
+    """Optimiser steps per collected batch (>1 computes the proximal log-probs once first)."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward pass (gradient accumulation over the batch)."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip (0: none)."""
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.clip_low < 1, "loss.clip_low", self.clip_low, "use a value in [0, 1)")
+        _check(self.clip_high >= 0, "loss.clip_high", self.clip_high, "use a value >= 0")
+        _check(self.kl_coef >= 0, "loss.kl_coef", self.kl_coef, "use a value >= 0")
+        _check(0 < self.gamma <= 1, "loss.gamma", self.gamma, "use a discount in (0, 1]")
+        _check(self.is_cap >= 1, "loss.is_cap", self.is_cap, "use a cap >= 1")
+        _check(self.updates_per_batch >= 1, "loss.updates_per_batch", self.updates_per_batch, "use >= 1")
+        _check(self.micro_batch_size >= 1, "loss.micro_batch_size", self.micro_batch_size, "use >= 1")
+        _check(self.max_grad_norm >= 0, "loss.max_grad_norm", self.max_grad_norm, "use >= 0 (0 disables)")
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """Tree-GRPO: per task, ``num_trees`` trees whose nodes are whole agent turns."""
+
+    num_trees: int = 2
+    """Trees per task (M); each starts from one full episode."""
+    expand_nodes: int = 2
+    """Turn boundaries expanded per round and tree (N)."""
+    expand_rounds: int = 1
+    """Expansion rounds (L); each adds N leaves per tree, so a tree has 1 + N*L leaves."""
+
+    def __post_init__(self) -> None:
+        _check(self.num_trees >= 1, "tree.num_trees", self.num_trees, "use >= 1")
+        _check(self.expand_nodes >= 1, "tree.expand_nodes", self.expand_nodes, "use >= 1")
+        _check(self.expand_rounds >= 1, "tree.expand_rounds", self.expand_rounds, "use >= 1")
+
+    @property
+    def leaves_per_task(self) -> int:
+        return self.num_trees * (1 + self.expand_nodes * self.expand_rounds)
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """Asynchronous rollouts: producers generate while the learner trains."""
+
+    enabled: bool = False
+    """Run rollout producers in threads alongside the learner."""
+    max_staleness: int = 1
+    """Most policy versions a trajectory may lag the learner (0: behaves synchronously)."""
+    producers: int = 2
+    """Producer threads; each plays one group at a time with its own copy of the weights."""
+    stale: Literal["drop", "correct"] = "drop"
+    """Trajectories older than max_staleness: drop them, or keep them with the IS correction."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_staleness >= 0, "async.max_staleness", self.max_staleness, "use >= 0")
+        _check(self.producers >= 1, "async.producers", self.producers, "use >= 1")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation: success rate and pass@k."""
+
+    env_kwargs: str = '{"split": "test"}'
+    """JSON keyword arguments for the held-out env (merged over --env-kwargs)."""
+    num_tasks: int = 32
+    """Held-out tasks evaluated (the first ones of the held-out task set)."""
+    samples: int = 4
+    """Samples per task (n of pass@k); pass@1 and pass@n are reported."""
+    temperature: float = 1.0
+    """Sampling temperature for evaluation (0 = greedy, then use samples=1)."""
+    success_threshold: float = 1.0
+    """An episode succeeds when its outcome return reaches this."""
+    every: int = 0
+    """Evaluate every this many training steps (0: only at the start and the end)."""
+
+    def __post_init__(self) -> None:
+        parse_json_kwargs("eval.env_kwargs", self.env_kwargs)
+        _check(self.num_tasks >= 1, "eval.num_tasks", self.num_tasks, "use >= 1")
+        _check(self.samples >= 1, "eval.samples", self.samples, "use >= 1")
+        _check(self.temperature >= 0, "eval.temperature", self.temperature, "use >= 0")
+        _check(self.every >= 0, "eval.every", self.every, "use >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Train any registered env with any policy, judge and algorithm."""
+
+    env: str = "prm/Math-v0"
+    """Registered env id."""
+    env_kwargs: str = ""
+    """JSON keyword arguments for gym.make, e.g. '{"levels": [1]}'."""
+    imports: tuple[str, ...] = ()
+    """Modules to import first, so their envs and judges resolve (e.g. weather_agent)."""
+    policy: str = "hf:tiny"
+    """Policy id: hf:tiny, hf:smollm2-135m or hf:<directory>."""
+    judge: str = ""
+    """Judge expression passed to the env (empty: the env's default)."""
+    algo: Literal["grpo", "tree-grpo"] = "grpo"
+    """Chain GRPO groups, or Tree-GRPO trees forked at turn boundaries."""
+    mode: Literal["train", "eval"] = "train"
+    """Train, or only evaluate the latest checkpoint in output_dir (or the initial policy)."""
+    group_size: int = 4
+    """Episodes per task in a GRPO group."""
+    tasks_per_step: int = 2
+    """Tasks (groups or tree sets) per optimiser step."""
+    steps: int = 20
+    """Optimiser steps (policy versions) to train."""
+    lr: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    output_dir: str = "runs/train"
+    """Where metrics.jsonl, plots, checkpoints and eval results go."""
+    seed: int = 0
+    """Seed of task choice, episode seeds and the sampler."""
+    checkpoint_every: int = 10
+    """Save an atomic checkpoint every this many steps (0: only at the end)."""
+    resume: bool = False
+    """Continue from output_dir/checkpoint.pt exactly where it stopped."""
+    init_checkpoint: str = ""
+    """Start from these weights (a checkpoint.pt or a state-dict file), e.g. an SFT warm start."""
+    tensorboard: bool = True
+    """Also log to TensorBoard when it is installed."""
+    progress: bool = True
+    """Show a live progress bar with reward, staleness and tokens/s."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        _check("/" in self.env, "env", self.env, "give a registered id such as prm/Math-v0")
+        parse_json_kwargs("env_kwargs", self.env_kwargs)
+        _check(self.policy.startswith("hf:"), "policy", self.policy, "use hf:tiny, hf:smollm2-135m or hf:<dir>")
+        _check(self.group_size >= 2, "group_size", self.group_size, "use >= 2 (a group needs a baseline)")
+        _check(self.tasks_per_step >= 1, "tasks_per_step", self.tasks_per_step, "use >= 1")
+        _check(self.steps >= 0, "steps", self.steps, "use >= 0")
+        _check(self.lr > 0, "lr", self.lr, "use a positive learning rate such as 1e-5")
+        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0")
+        _check(
+            not (self.algo == "tree-grpo" and self.asynchronous.enabled),
+            "algo",
+            self.algo,
+            "tree-grpo runs synchronously; drop --asynchronous.enabled or use --algo grpo",
+        )
+
+    @property
+    def env_kwargs_dict(self) -> dict[str, Any]:
+        kw = parse_json_kwargs("env_kwargs", self.env_kwargs)
+        if self.judge:
+            kw["judge"] = self.judge
+        return kw
+
+    @property
+    def eval_env_kwargs(self) -> dict[str, Any]:
+        return {**self.env_kwargs_dict, **parse_json_kwargs("eval.env_kwargs", self.eval.env_kwargs)}

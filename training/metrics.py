@@ -1,0 +1,124 @@
+"""Run metrics: jsonl lines, PNG plots, optional TensorBoard, a live progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+METRICS = "metrics.jsonl"
+
+
+class MetricsLog:
+    """Appends one JSON line per step to ``<out>/metrics.jsonl`` (and TensorBoard when asked).
+
+    Args:
+        out_dir: the run directory.
+        tensorboard: also write TensorBoard scalars when ``torch.utils.tensorboard`` works.
+        keep_until: on resume, lines with ``step`` above this are dropped first.
+    """
+
+    def __init__(self, out_dir: str | Path, tensorboard: bool = False, keep_until: int | None = None):
+        self.path = Path(out_dir) / METRICS
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if keep_until is not None and self.path.exists():
+            rows = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= keep_until]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif keep_until is None:
+            self.path.write_text("")
+        self._tb: Any = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(out_dir) / "tb"))
+            except Exception:  # TensorBoard not installed: jsonl and plots only
+                self._tb = None
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        row = {"step": step, **{k: float(v) for k, v in values.items()}}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in values.items():
+                if math.isfinite(float(v)):
+                    self._tb.add_scalar(k, float(v), step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl file (a file or a run directory)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / METRICS
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def plot_metrics(out_dir: str | Path) -> list[Path]:
+    """Write ``reward.png`` (total and per term) and ``staleness.png``; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(out_dir) if "reward" in r]
+    out: list[Path] = []
+    if not rows:
+        return out
+    steps = [r["step"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [r["reward"] for r in rows], label="total", linewidth=2)
+    for key in sorted({k for r in rows for k in r if k.startswith("reward/")}):
+        ax.plot(steps, [r.get(key, float("nan")) for r in rows], label=key[7:], alpha=0.8)
+    evals = [r for r in read_metrics(out_dir) if "eval/reward" in r]
+    if evals:
+        ax.plot([r["step"] for r in evals], [r["eval/reward"] for r in evals], "o--", label="held-out")
+    ax.set(xlabel="step", ylabel="mean episode reward", title="reward")
+    ax.legend(fontsize=8)
+    out.append(_save(fig, Path(out_dir) / "reward.png"))
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.plot(steps, [r.get("staleness_mean", 0.0) for r in rows], label="mean")
+    ax.plot(steps, [r.get("staleness_max", 0.0) for r in rows], label="max")
+    ax.set(xlabel="step", ylabel="policy versions", title="staleness")
+    ax.legend(fontsize=8)
+    out.append(_save(fig, Path(out_dir) / "staleness.png"))
+    return out
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+class Progress:
+    """A tqdm bar showing reward, staleness and tokens/s (silent when disabled)."""
+
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
+        self._bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+
+    def update(self, values: Mapping[str, float]) -> None:
+        if self._bar is None:
+            return
+        self._bar.set_postfix(
+            reward=f"{values.get('reward', 0.0):.3f}",
+            stale=f"{values.get('staleness_mean', 0.0):.1f}",
+            tok_s=f"{values.get('tokens_per_s', 0.0):.0f}",
+        )
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,168 @@
+"""Tree-GRPO sampling: trees whose nodes are whole agent turns, branched by forking the env.
+
+Per task, ``num_trees`` trees each start from one full episode (a chain). Then, for
+``expand_rounds`` rounds, ``expand_nodes`` turn boundaries are drawn per tree among all
+unfinished boundaries of its leaves; at each, the env is forked (``env.unwrapped.fork()``
+replays the prefix with memoised verdicts) and the episode is continued from the prefix's
+token ids, so siblings share their prefix tokens and only the new suffix is generated. Every
+finished episode is a leaf; leaves are scored with intra-tree and inter-tree advantages
+(:func:`training.advantages.tree_advantages`). Works over any :class:`envs.base.ToolEnv`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agents.chat import ChatTemplate
+from agents.policy import Policy, SamplingParams
+from agents.rollout import Trajectory, continue_rollout, rollout
+from training.batch import Grouping
+from training.config import TreeConfig
+
+DEFAULT_SAMPLING = SamplingParams()
+
+
+@dataclass
+class TreeSample:
+    """The leaves of every tree of a batch of tasks, with the budget they cost.
+
+    Attributes:
+        leaves: every finished trajectory (root chains and branches).
+        trees: tree index of each leaf (unique across the batch).
+        tasks: task index of each leaf (the inter-tree group).
+        generated_tokens: tokens actually sampled (shared prefixes counted once).
+        tool_calls: tool calls actually executed for new turns (replays not counted).
+        replayed_turns: turns replayed to fork envs (no tokens sampled, verdicts memoised).
+    """
+
+    leaves: list[Trajectory] = field(default_factory=list)
+    trees: list[int] = field(default_factory=list)
+    tasks: list[int] = field(default_factory=list)
+    generated_tokens: int = 0
+    tool_calls: int = 0
+    replayed_turns: int = 0
+
+    @property
+    def grouping(self) -> Grouping:
+        return Grouping(groups=list(self.tasks), trees=list(self.trees))
+
+
+def _tool_calls(turns: Sequence[Any]) -> int:
+    return int(sum(int(t.info.get("tool", {}).get("calls", 0)) for t in turns))
+
+
+def _prefix(traj: Trajectory, k: int) -> Trajectory:
+    """``traj`` cut at the boundary before turn ``k`` (its prompt alone when k = 0)."""
+    start = traj.turns[k].start
+    return Trajectory(
+        task_id=traj.task_id,
+        prompt=traj.prompt,
+        token_ids=traj.token_ids[:start],
+        loss_mask=traj.loss_mask[:start],
+        logprobs=traj.logprobs[:start],
+        turns=traj.turns[:k],
+        policy_version=traj.policy_version,
+        seed=traj.seed,
+    )
+
+
+def _fork_at(root: Any, traj: Trajectory, k: int) -> Any:
+    env = root.fork()
+    for turn in traj.turns[:k]:
+        env.step(turn.action)
+    return env
+
+
+def sample_trees(
+    make_env: Callable[[], gym.Env],
+    policy: Policy,
+    chat: ChatTemplate,
+    task_ids: Sequence[str],
+    seeds: Sequence[int],
+    cfg: TreeConfig,
+    rng: np.random.Generator,
+    *,
+    sampling: SamplingParams = DEFAULT_SAMPLING,
+    max_context_tokens: int = 4096,
+) -> TreeSample:
+    """Grow ``cfg.num_trees`` trees for each task and return their leaves.
+
+    Args:
+        make_env: builds a fresh env (``gym.make`` with the run's kwargs).
+        policy, chat, sampling, max_context_tokens: as in :func:`agents.rollout.rollout`.
+        task_ids: the tasks; ``seeds[i]`` is the reset seed of task ``i``'s trees.
+        cfg: the tree shape.
+        rng: chooses the boundaries to expand.
+    """
+    out = TreeSample()
+    m = cfg.num_trees
+    envs = [make_env() for _ in range(len(task_ids) * m)]
+    roots_tasks = [tid for tid in task_ids for _ in range(m)]
+    roots_seeds = [s for s in seeds for _ in range(m)]
+    chains = rollout(
+        envs,
+        policy,
+        chat,
+        seeds=roots_seeds,
+        task_ids=roots_tasks,
+        sampling=sampling,
+        max_context_tokens=max_context_tokens,
+    )
+    bases = [e.unwrapped for e in envs]
+    for b, tid, s in zip(bases, roots_tasks, roots_seeds, strict=True):
+        b.reset(seed=s, options={"task_id": tid})
+    tree_leaves: list[list[Trajectory]] = [[c] for c in chains]
+    for traj in chains:
+        out.generated_tokens += traj.num_generated_tokens
+        out.tool_calls += _tool_calls(traj.turns)
+    for _ in range(cfg.expand_rounds):
+        _expand_round(bases, tree_leaves, policy, chat, cfg, rng, out, sampling, max_context_tokens)
+    for tree, leaves in enumerate(tree_leaves):
+        for leaf in leaves:
+            out.leaves.append(leaf)
+            out.trees.append(tree)
+            out.tasks.append(tree // m)
+    for e in envs:
+        e.close()
+    return out
+
+
+def _expand_round(
+    bases: list[Any],
+    tree_leaves: list[list[Trajectory]],
+    policy: Policy,
+    chat: ChatTemplate,
+    cfg: TreeConfig,
+    rng: np.random.Generator,
+    out: TreeSample,
+    sampling: SamplingParams,
+    max_context_tokens: int,
+) -> None:
+    """Add ``cfg.expand_nodes`` branches to every tree, all sampled in one batched rollout."""
+    forks: list[Any] = []
+    prefixes: list[Trajectory] = []
+    owners: list[int] = []
+    for tree, leaves in enumerate(tree_leaves):
+        # boundaries after turn k-1, before turn k; k >= 1 (k = 0 would be a new chain)
+        nodes = [(leaf, k) for leaf in leaves for k in range(1, len(leaf.turns))]
+        if not nodes:  # every leaf ended after one turn: branch from the root instead
+            nodes = [(leaves[0], 0)]
+        picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=len(nodes) < cfg.expand_nodes)
+        for p in picks:
+            leaf, k = nodes[int(p)]
+            forks.append(_fork_at(bases[tree], leaf, k))
+            out.replayed_turns += k
+            prefixes.append(_prefix(leaf, k))
+            owners.append(tree)
+    branches = continue_rollout(forks, prefixes, policy, chat, sampling=sampling, max_context_tokens=max_context_tokens)
+    for tree, prefix, branch, env in zip(owners, prefixes, branches, forks, strict=True):
+        new_turns = branch.turns[len(prefix.turns) :]
+        out.generated_tokens += branch.num_generated_tokens - prefix.num_generated_tokens
+        out.tool_calls += _tool_calls(new_turns)
+        tree_leaves[tree].append(branch)
+        env.close()
