@@ -44,6 +44,7 @@ _ENVS = {
     "prm/Math-v0": ("envs.math:MathEnv", 6),
     "prm/Code-v0": ("envs.code:CodeEnv", 8),
     "prm/SQL-v0": ("envs.sql:SQLEnv", 8),
+    "prm/Search-v0": ("envs.search:SearchEnv", 4),
 }
 
 for _id, (_entry, _turns) in _ENVS.items():

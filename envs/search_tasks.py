@@ -25,13 +25,62 @@ from envs.errors import TaskError
 from envs.search_index.protocol import Passage
 from envs.tasks import Task, TaskSet, read_jsonl, require
 
-_SYL = (
-    "ka ve lo ri mu sa to ne zi fa do ba qu el an or ist ul yr th ar en ol ix "
-    "mar tel vin cor dal rus hel kem lor nap sor tav wyn zed bri gal"
-).split()
-_RIVERS = "Ossel Varn Tibra Quell Mirran Sable Harth Lunet Corva Estril Pellan Duvra".split()
-_JOBS = "botanist cartographer engineer violinist surgeon chemist sculptor archivist pilot judge".split()
-_INDUSTRIES = "shipbuilding textiles glassware robotics publishing mining tea optics".split()
+_SYL = [
+    "ka",
+    "ve",
+    "lo",
+    "ri",
+    "mu",
+    "sa",
+    "to",
+    "ne",
+    "zi",
+    "fa",
+    "do",
+    "ba",
+    "qu",
+    "el",
+    "an",
+    "or",
+    "ist",
+    "ul",
+    "yr",
+    "th",
+    "ar",
+    "en",
+    "ol",
+    "ix",
+    "mar",
+    "tel",
+    "vin",
+    "cor",
+    "dal",
+    "rus",
+    "hel",
+    "kem",
+    "lor",
+    "nap",
+    "sor",
+    "tav",
+    "wyn",
+    "zed",
+    "bri",
+    "gal",
+]
+_RIVERS = ["Ossel", "Varn", "Tibra", "Quell", "Mirran", "Sable", "Harth", "Lunet", "Corva", "Estril", "Pellan", "Duvra"]
+_JOBS = [
+    "botanist",
+    "cartographer",
+    "engineer",
+    "violinist",
+    "surgeon",
+    "chemist",
+    "sculptor",
+    "archivist",
+    "pilot",
+    "judge",
+]
+_INDUSTRIES = ["shipbuilding", "textiles", "glassware", "robotics", "publishing", "mining", "tea", "optics"]
 _SPLITS = {"train": 0, "test": 1, "validation": 2}
 
 
@@ -48,12 +97,24 @@ class World:
 def _namer(rng: np.random.Generator) -> Callable[[int], str]:
     used: set[str] = set()
 
+    pools: dict[int, list[str]] = {}
+    bump: dict[int, int] = {}
+
     def name(syllables: int) -> str:
+        misses = 0
         while True:
-            word = "".join(_SYL[int(i)] for i in rng.integers(len(_SYL), size=syllables)).capitalize()
+            n = syllables + bump.get(syllables, 0)
+            pool = pools.setdefault(n, [])
+            if not pool:  # refill with a batch of fresh candidates
+                draws = rng.integers(len(_SYL), size=(4096, n)).tolist()
+                pool.extend("".join(_SYL[i] for i in row).capitalize() for row in draws)
+            word = pool.pop()
             if word not in used and len(word) > 3:
                 used.add(word)
                 return word
+            misses += 1
+            if misses >= 8:  # names this short are running out: use longer ones
+                bump[syllables], misses = bump.get(syllables, 0) + 1, 0
 
     return name
 
@@ -69,22 +130,41 @@ def generate_world(n_people: int = 300, seed: int = 0) -> World:
         w.countries.append({"id": f"country-{i}", "name": f"{name(3)}ia", "currency": name(2).lower()})
     for i in range(max(6, n_people // 10)):
         country = w.countries[int(rng.integers(len(w.countries)))]
-        w.cities.append({"id": f"city-{i}", "name": name(3), "country": country["name"],
-                         "river": _RIVERS[int(rng.integers(len(_RIVERS)))], "founded": int(rng.integers(800, 1900))})
+        w.cities.append(
+            {
+                "id": f"city-{i}",
+                "name": name(3),
+                "country": country["name"],
+                "river": _RIVERS[int(rng.integers(len(_RIVERS)))],
+                "founded": int(rng.integers(800, 1900)),
+            }
+        )
     for c in w.countries:
         home = [x for x in w.cities if x["country"] == c["name"]] or w.cities
         c["capital"] = home[int(rng.integers(len(home)))]["name"]
     first, last = [name(2) for _ in range(max(8, n_people // 8))], [name(3) for _ in range(n_people)]
     for i in range(n_people):
         city = w.cities[int(rng.integers(len(w.cities)))]
-        w.people.append({"id": f"person-{i}", "name": f"{first[int(rng.integers(len(first)))]} {last[i]}",
-                         "born_in": city["name"], "born": int(rng.integers(1900, 2001)),
-                         "job": _JOBS[int(rng.integers(len(_JOBS)))]})
+        w.people.append(
+            {
+                "id": f"person-{i}",
+                "name": f"{first[int(rng.integers(len(first)))]} {last[i]}",
+                "born_in": city["name"],
+                "born": int(rng.integers(1900, 2001)),
+                "job": _JOBS[int(rng.integers(len(_JOBS)))],
+            }
+        )
     for i in range(max(4, n_people // 5)):
         founder = w.people[int(rng.integers(n_people))]
-        w.companies.append({"id": f"company-{i}", "name": f"{name(2)} {_INDUSTRIES[i % len(_INDUSTRIES)].capitalize()}",
-                            "hq": w.cities[int(rng.integers(len(w.cities)))]["name"],
-                            "founded": int(rng.integers(1850, 2020)), "founder": founder["name"]})
+        w.companies.append(
+            {
+                "id": f"company-{i}",
+                "name": f"{name(2)} {_INDUSTRIES[i % len(_INDUSTRIES)].capitalize()}",
+                "hq": w.cities[int(rng.integers(len(w.cities)))]["name"],
+                "founded": int(rng.integers(1850, 2020)),
+                "founder": founder["name"],
+            }
+        )
     for p in w.people:
         p["employer"] = w.companies[int(rng.integers(len(w.companies)))]["name"]
     return w
@@ -92,14 +172,41 @@ def generate_world(n_people: int = 300, seed: int = 0) -> World:
 
 def world_passages(w: World) -> list[Passage]:
     """One passage per entity, ids equal to the entity ids."""
-    out = [Passage(c["id"], c["name"], f"{c['name']} is a country. Its capital city is {c['capital']}, "
-                   f"and its currency is the {c['currency']}.") for c in w.countries]
-    out += [Passage(c["id"], c["name"], f"{c['name']} is a city in {c['country']}. It was founded in "
-                    f"{c['founded']} on the banks of the river {c['river']}.") for c in w.cities]
-    out += [Passage(c["id"], c["name"], f"{c['name']} is a {c['name'].split()[-1].lower()} company founded in "
-                    f"{c['founded']} by {c['founder']}. Its headquarters are in {c['hq']}.") for c in w.companies]
-    out += [Passage(p["id"], p["name"], f"{p['name']} (born {p['born']}) is a {p['job']} who was born in "
-                    f"{p['born_in']}. {p['name'].split()[-1]} works for {p['employer']}.") for p in w.people]
+    out = [
+        Passage(
+            c["id"],
+            c["name"],
+            f"{c['name']} is a country. Its capital city is {c['capital']}, and its currency is the {c['currency']}.",
+        )
+        for c in w.countries
+    ]
+    out += [
+        Passage(
+            c["id"],
+            c["name"],
+            f"{c['name']} is a city in {c['country']}. It was founded in "
+            f"{c['founded']} on the banks of the river {c['river']}.",
+        )
+        for c in w.cities
+    ]
+    out += [
+        Passage(
+            c["id"],
+            c["name"],
+            f"{c['name']} is a {c['name'].split()[-1].lower()} company founded in "
+            f"{c['founded']} by {c['founder']}. Its headquarters are in {c['hq']}.",
+        )
+        for c in w.companies
+    ]
+    out += [
+        Passage(
+            p["id"],
+            p["name"],
+            f"{p['name']} (born {p['born']}) is a {p['job']} who was born in "
+            f"{p['born_in']}. {p['name'].split()[-1]} works for {p['employer']}.",
+        )
+        for p in w.people
+    ]
     return out
 
 
@@ -124,13 +231,20 @@ def _question(w: World, names: dict[str, dict[str, Any]], rng: np.random.Generat
     if kind == 4:
         return f"In which country was {p['name']} born?", country["name"], [p["id"], city["id"]], "multi"
     if kind == 5:
-        return (f"Who founded the company that {p['name']} works for?", comp["founder"],
-                [p["id"], comp["id"]], "multi")
+        return (f"Who founded the company that {p['name']} works for?", comp["founder"], [p["id"], comp["id"]], "multi")
     if kind == 6:
-        return (f"Which river flows through the city where {p['name']} was born?", city["river"],
-                [p["id"], city["id"]], "multi")
-    return (f"What is the capital city of the country where {p['name']} was born?", country["capital"],
-            [p["id"], city["id"], country["id"]], "multi")
+        return (
+            f"Which river flows through the city where {p['name']} was born?",
+            city["river"],
+            [p["id"], city["id"]],
+            "multi",
+        )
+    return (
+        f"What is the capital city of the country where {p['name']} was born?",
+        country["capital"],
+        [p["id"], city["id"], country["id"]],
+        "multi",
+    )
 
 
 def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "train") -> TaskSet:

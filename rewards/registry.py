@@ -24,6 +24,7 @@ BUILTIN_JUDGES: dict[str, str] = {
     "rule/f1": "rewards.rule:F1Judge",
     "rule/format": "rewards.rule:FormatJudge",
     "rule/tool": "rewards.rule:ToolErrorJudge",
+    "rule/retrieval": "rewards.retrieval:RetrievalJudge",
     "rule/unit_tests": "rewards.unit_tests:UnitTestsJudge",
     "rule/unit_tests_all": "rewards.unit_tests:unit_tests_all",
     "rule/execution_match": "rewards.sql_match:ExecutionMatchJudge",

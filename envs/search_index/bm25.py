@@ -34,6 +34,7 @@ from envs.search_index.protocol import Passage, check_query, read_corpus, write_
 
 FORMAT = "prm-bm25/1"
 _FREE = 24  # Lucene SmallFloat: lengths below this are stored exactly
+_DENSE_BUDGET = 64 << 20  # bytes of dense score rows kept for the most frequent terms
 
 
 def lucene_norm_length(lengths: np.ndarray) -> np.ndarray:
@@ -47,6 +48,35 @@ def lucene_norm_length(lengths: np.ndarray) -> np.ndarray:
     mant = v >> shift  # keeps the 4 most significant bits
     out[big] = _FREE + np.where(bits < 4, v, mant << shift)
     return out
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest positive scores, best first, ties by lower index (as Lucene).
+
+    BM25 gives many tied scores, on which ``argpartition`` is slow; instead a falling
+    threshold keeps the few scores near the top, and tied groups are taken whole in index order.
+    """
+    if len(scores) == 0 or (top := float(scores.max())) <= 0:
+        return np.zeros(0, np.int64)
+    thr = 0.0
+    if len(scores) > 4096:
+        for frac in (0.75, 0.5, 0.3, 0.15, 0.05):
+            if np.count_nonzero(scores >= top * frac) >= k:
+                thr = top * frac
+                break
+    idx = np.flatnonzero(scores >= thr) if thr > 0 else np.flatnonzero(scores > 0)
+    vals = scores[idx]
+    if len(idx) <= 4096:
+        return idx[np.lexsort((idx, -vals))[:k]]
+    out: list[np.ndarray] = []
+    taken = 0
+    while taken < k and len(vals):  # one distinct score per pass, best first
+        eq = vals == vals.max()
+        group = idx[eq][: k - taken]
+        out.append(group)
+        taken += len(group)
+        idx, vals = idx[~eq], vals[~eq]
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 class BM25Index:
@@ -72,6 +102,8 @@ class BM25Index:
         self.indptr, self.doc_ids, self.impacts = indptr, doc_ids, impacts
         self.analyzer = analyzer
         self.params = params
+        self._max_impact: np.ndarray | None = None
+        self._dense: dict[int, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -157,27 +189,86 @@ class BM25Index:
 
     # ------------------------------------------------------------------ search
     def rank(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Doc indices and scores of the top ``k`` for an already-checked query."""
+        """Doc indices and scores of the top ``k`` for an already-checked query.
+
+        Exact top-k with a MaxScore-style shortcut: the documents of the query's rarest terms
+        are scored first; once the other terms' summed upper bounds cannot lift any other
+        document past the k-th score found, those candidates are the answer. Otherwise every
+        posting is scored.
+        """
         tids = [t for t in (self.vocab.get(tok) for tok in self.analyzer(query)) if t is not None]
         if not tids:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        n = len(self.passages)
-        scores = np.zeros(n, dtype=np.float32)
-        touched = 0
+        by_df = sorted(set(tids), key=lambda t: int(self.indptr[t + 1] - self.indptr[t]))
+        limit = max(256, len(self.passages) // 32)
+        cand = np.zeros(0, np.int32)
+        for j, t in enumerate(by_df[:-1]):  # essential terms: the rarest ones
+            if len(cand) + self.indptr[t + 1] - self.indptr[t] > limit:
+                break
+            cand = np.union1d(cand, self._docs(t))
+            if len(cand) < k:
+                continue
+            scores = self._score_docs(tids, cand)
+            top = _top_k(scores, k)
+            rest = set(by_df[j + 1 :])
+            bound = float(sum(self.max_impact[t] for t in tids if t in rest))
+            if len(top) == k and bound < scores[top[-1]]:
+                return cand[top], scores[top]
+        return self._rank_all(tids, k)
+
+    @property
+    def max_impact(self) -> np.ndarray:
+        """Per term, the largest impact in its posting list (its MaxScore upper bound)."""
+        if self._max_impact is None:
+            starts = self.indptr[:-1]
+            self._max_impact = np.maximum.reduceat(self.impacts, starts).astype(np.float32)
+        return self._max_impact
+
+    @property
+    def dense_rows(self) -> dict[int, np.ndarray]:
+        """Dense score rows of the most frequent terms (one vector add instead of a scatter)."""
+        if self._dense is None:
+            n = len(self.passages)
+            df = np.diff(self.indptr)
+            frequent = np.argsort(-df)[: max(0, _DENSE_BUDGET // (4 * n))]
+            self._dense = {}
+            for t in frequent[df[frequent] >= n // 8].tolist():
+                row = np.zeros(n, dtype=np.float32)
+                row[self._docs(t)] = self.impacts[self.indptr[t] : self.indptr[t + 1]]
+                self._dense[t] = row
+        return self._dense
+
+    def _docs(self, t: int) -> np.ndarray:
+        return self.doc_ids[self.indptr[t] : self.indptr[t + 1]]
+
+    def _score_docs(self, tids: Sequence[int], cand: np.ndarray) -> np.ndarray:
+        """Exact scores of the sorted doc indices ``cand``."""
+        scores = np.zeros(len(cand), dtype=np.float32)
         for t in tids:
             s, e = self.indptr[t], self.indptr[t + 1]
+            docs = self.doc_ids[s:e]
+            pos = np.minimum(np.searchsorted(docs, cand), len(docs) - 1)
+            hit = docs[pos] == cand
+            scores[hit] += self.impacts[s + pos[hit]]
+        return scores
+
+    def _rank_all(self, tids: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.zeros(len(self.passages), dtype=np.float32)
+        dense = self.dense_rows
+        for t in tids:
+            row = dense.get(t)
+            if row is not None:
+                scores += row
+                continue
+            s, e = self.indptr[t], self.indptr[t + 1]
             scores[self.doc_ids[s:e]] += self.impacts[s:e]
-            touched += int(e - s)
-        if touched * 4 < n:  # few candidates: rank only them
-            cand = np.unique(np.concatenate([self.doc_ids[self.indptr[t] : self.indptr[t + 1]] for t in tids]))
-        else:
-            cand = np.flatnonzero(scores)
-        cs = scores[cand]
-        if len(cand) > k:
-            top = np.argpartition(-cs, k - 1)[:k]
-            cand, cs = cand[top], cs[top]
-        order = np.lexsort((cand, -cs))  # by score, ties by index order as Lucene does
-        return cand[order], cs[order]
+        top = _top_k(scores, k)
+        return top, scores[top]
+
+    def warm(self) -> BM25Index:
+        """Precompute the lazy query-time tables (upper bounds, dense rows); returns self."""
+        _ = self.max_impact, self.dense_rows
+        return self
 
     def search(self, query: str, k: int = 3) -> list[Passage]:
         q = check_query(query, k)

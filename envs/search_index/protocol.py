@@ -50,7 +50,7 @@ class Passage:
 
 @runtime_checkable
 class Retriever(Protocol):
-    """A retrieval backend: the embedded BM25 index, pyserini, dense, or an HTTP client."""
+    """A retrieval backend: the embedded BM25 index, pyserini, or an HTTP client."""
 
     name: str
 
@@ -104,7 +104,7 @@ def read_corpus(path: str | Path) -> Iterator[Passage]:
     with p.open("r", encoding="utf-8", errors="strict") as fh:
         lineno = 0
         try:
-            for lineno, line in enumerate(fh, start=1):  # noqa: B007
+            for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
                 try:

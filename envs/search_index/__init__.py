@@ -1,0 +1,49 @@
+"""Retrieval backends for prm/Search: one small interface, several engines.
+
+* :class:`BM25Index` (embedded default): numpy BM25 with Lucene's scoring, saved to disk.
+* :class:`HTTPRetriever`: a client of ``python -m envs.search_index.server``, so many rollout
+  workers share one index.
+* ``envs.search_index.pyserini_backend``: Lucene through pyserini, an optional extra imported
+  only when asked for. (A dense backend is planned, not yet written.)
+"""
+
+from __future__ import annotations
+
+from envs.search_index.bm25 import BM25Index
+from envs.search_index.client import HTTPRetriever
+from envs.search_index.protocol import MAX_K, MAX_QUERY_CHARS, Passage, Retriever, read_corpus, write_corpus
+
+__all__ = [
+    "MAX_K",
+    "MAX_QUERY_CHARS",
+    "BM25Index",
+    "HTTPRetriever",
+    "Passage",
+    "Retriever",
+    "open_retriever",
+    "read_corpus",
+    "write_corpus",
+]
+
+
+def open_retriever(backend: str, location: str, **kwargs: object) -> Retriever:
+    """A retriever by backend name: ``bm25`` (an index directory, or a ``.jsonl`` corpus to index
+    in memory), ``http`` (a server URL) or ``pyserini`` (a Lucene index directory or a prebuilt
+    index name).
+
+    Raises:
+        ConfigError: unknown backend, missing index, or a missing optional extra.
+    """
+    from envs.errors import ConfigError
+
+    if backend == "bm25":
+        if location.endswith(".jsonl"):
+            return BM25Index.from_corpus(location).warm()
+        return BM25Index.load(location).warm()
+    if backend == "http":
+        return HTTPRetriever(location, **kwargs)  # type: ignore[arg-type]
+    if backend == "pyserini":
+        from envs.search_index.pyserini_backend import PyseriniRetriever
+
+        return PyseriniRetriever(location, **kwargs)  # type: ignore[arg-type]
+    raise ConfigError(f"unknown retrieval backend {backend!r}; use 'bm25', 'http' or 'pyserini'.")

@@ -1,0 +1,170 @@
+"""A retrieval server, so many rollout workers share one index.
+
+Start it with one command::
+
+    python -m envs.search_index.server --index runs/index --port 8000
+    python -m envs.search_index.server --corpus corpus.jsonl      # index in memory first
+
+Endpoints (Search-R1 retriever compatible in spirit):
+
+* ``POST /retrieve`` ``{"queries": [...], "topk": 3, "return_scores": true}`` ->
+  ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": s}, ...], ...]}``
+  (documents only when ``return_scores`` is false);
+* ``GET /health`` -> ``{"status": "ok", "backend": ..., "docs": ...}``.
+
+Built on the standard library's ``ThreadingHTTPServer``; bad requests get a 4xx JSON error
+that names the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from collections.abc import Sequence, Sized
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from envs.errors import PRMError, ToolError
+from envs.search_index.protocol import Retriever
+
+#: Largest request body accepted, in bytes.
+MAX_BODY_BYTES = 4 << 20
+#: Most queries in one request.
+MAX_BATCH = 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: RetrievalServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def _reply(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/health":
+            r = self.server.retriever
+            docs = len(r) if isinstance(r, Sized) else -1
+            self._reply(200, {"status": "ok", "backend": r.name, "docs": docs})
+        else:
+            self._reply(404, {"error": f"no endpoint {self.path}; use POST /retrieve or GET /health"})
+
+    def do_POST(self) -> None:
+        if self.server.stopped:  # a kept-alive connection outliving stop(): hang up
+            self.close_connection = True
+            return
+        if self.path.rstrip("/") != "/retrieve":
+            self._reply(404, {"error": f"no endpoint {self.path}; use POST /retrieve"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._reply(413, {"error": f"request body of {length} bytes exceeds {MAX_BODY_BYTES}"})
+            return
+        try:
+            req = json.loads(self.rfile.read(length) or b"null")
+            queries, k, scores = _validate(req)
+            results = self.server.retriever.search_batch(queries, k)
+        except (ValueError, ToolError) as exc:
+            self._reply(400, {"error": str(exc)})
+            return
+        except PRMError as exc:
+            self._reply(503, {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        out = [
+            [{"document": p.to_dict(), "score": p.score} if scores else p.to_dict() for p in hits] for hits in results
+        ]
+        self._reply(200, {"result": out})
+
+
+def _validate(req: Any) -> tuple[list[str], int, bool]:
+    if not isinstance(req, dict) or not isinstance(req.get("queries"), list):
+        raise ValueError('body must be a JSON object {"queries": [str, ...], "topk": int}')
+    queries = req["queries"]
+    if not all(isinstance(q, str) for q in queries):
+        raise ValueError("every query must be a string")
+    if len(queries) > MAX_BATCH:
+        raise ValueError(f"{len(queries)} queries in one request; the limit is {MAX_BATCH}")
+    k = req.get("topk", 3)
+    return queries, k, bool(req.get("return_scores", True))
+
+
+class RetrievalServer(ThreadingHTTPServer):
+    """A threaded HTTP server around one :class:`Retriever`.
+
+    Args:
+        retriever: the backend every request searches.
+        host, port: where to listen; port 0 picks a free port (see :attr:`url`).
+    """
+
+    daemon_threads = True
+
+    def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, verbose: bool = False):
+        self.retriever = retriever
+        self.verbose = verbose
+        self._thread: threading.Thread | None = None
+        self.stopped = False
+        super().__init__((host, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> RetrievalServer:
+        """Serve in a background thread; returns self (use as a context manager to stop)."""
+        self._thread = threading.Thread(target=self.serve_forever, name="retrieval-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; idempotent. Open keep-alive connections are hung up."""
+        self.stopped = True
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join()
+            self._thread = None
+        self.server_close()
+
+    def __enter__(self) -> RetrievalServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m envs.search_index.server``: serve an index over HTTP."""
+    from envs.search_index import open_retriever
+
+    ap = argparse.ArgumentParser(description="Serve a retrieval index over HTTP (POST /retrieve).")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--index", help="an index directory (bm25 or pyserini)")
+    src.add_argument("--corpus", help="a jsonl corpus to index in memory at start-up")
+    ap.add_argument("--backend", default="bm25", choices=["bm25", "pyserini"])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--verbose", action="store_true", help="log every request")
+    args = ap.parse_args(argv)
+    retriever = open_retriever(args.backend, args.index or args.corpus)
+    server = RetrievalServer(retriever, args.host, args.port, args.verbose)
+    print(f"serving {retriever.name} on {server.url}/retrieve", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

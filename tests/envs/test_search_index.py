@@ -1,0 +1,138 @@
+"""The embedded BM25 index: scoring, exact top-k, persistence, bad corpora and bad queries."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs.errors import ConfigError, ToolError
+from envs.search_index import BM25Index, Passage, open_retriever, read_corpus, write_corpus
+from envs.search_index.analyzer import Analyzer
+from envs.search_index.bm25 import lucene_norm_length
+from envs.search_tasks import generate_search_tasks, generate_world, world_passages
+
+
+def _world_index(n: int = 200) -> tuple[BM25Index, list[Passage]]:
+    passages = world_passages(generate_world(n, seed=1))
+    return BM25Index.build(passages), passages
+
+
+def test_analyzer_drops_stopwords_possessives_and_stems() -> None:
+    a = Analyzer("porter")
+    assert a("The Company's founders were running in Paris") == ["compani", "founder", "were", "run", "pari"]
+    assert Analyzer("none")("Running and jumping") == ["running", "jumping"]
+
+
+def test_lucene_norm_lengths_match_smallfloat() -> None:
+    # exact below 24; above, 24 + (n - 24) keeping its 4 leading bits
+    got = lucene_norm_length(np.array([0, 5, 23, 24, 30, 39, 40, 41, 56, 100, 1000]))
+    assert got.tolist() == [0, 5, 23, 24, 30, 39, 40, 40, 56, 96, 984]
+
+
+def _naive_bm25(passages: list[Passage], query: str, k1: float = 0.9, b: float = 0.4) -> list[float]:
+    an = Analyzer("porter")
+    docs = [an(p.contents) for p in passages]
+    n = len(docs)
+    lengths = lucene_norm_length(np.array([len(d) for d in docs]))
+    avgdl = sum(len(d) for d in docs) / n
+    df = Counter(t for d in docs for t in set(d))
+    out = []
+    for d, dl in zip(docs, lengths, strict=True):
+        tf = Counter(d)
+        s = 0.0
+        for t in an(query):
+            if tf[t]:
+                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                s += idf * tf[t] / (tf[t] + k1 * (1 - b + b * dl / avgdl))
+        out.append(s)
+    return out
+
+
+def test_scores_and_ranking_equal_a_naive_bm25() -> None:
+    index, passages = _world_index(60)
+    for task in generate_search_tasks(generate_world(60, seed=1), 25, seed=3):
+        ref = _naive_bm25(passages, task.prompt)
+        want = sorted(range(len(ref)), key=lambda i: (-ref[i], i))[:5]
+        got = index.search(task.prompt, 5)
+        assert [p.id for p in got] == [passages[i].id for i in want]
+        assert [p.score for p in got] == pytest.approx([ref[i] for i in want], rel=1e-5)
+
+
+def test_fast_path_equals_exhaustive_scoring() -> None:
+    index, _ = _world_index(400)
+    queries = [t.prompt for t in generate_search_tasks(generate_world(400, seed=1), 60)]
+    queries += ["violinist", "company founded headquarters", "river city", "zzzz unknown"]
+    for q in queries:
+        tids = [t for t in (index.vocab.get(x) for x in index.analyzer(q)) if t is not None]
+        fast = index.rank(q, 10)
+        full = index._rank_all(tids, 10) if tids else fast
+        assert fast[0].tolist() == full[0].tolist(), q
+
+
+def test_generated_questions_retrieve_their_gold_passage() -> None:
+    world = generate_world(300, seed=2)
+    index = BM25Index.build(world_passages(world))
+    tasks = list(generate_search_tasks(world, 100, seed=0))
+    hits = sum(t.meta["gold_ids"][0] in {p.id for p in index.search(t.prompt, 3)} for t in tasks)
+    assert hits >= 95
+
+
+def test_save_load_roundtrip(tmp_path: Path) -> None:
+    index, _ = _world_index(100)
+    index.save(tmp_path / "idx")
+    again = BM25Index.load(tmp_path / "idx")
+    for q in ["In which city was anyone born?", "glassware company", "river"]:
+        assert index.search(q, 5) == again.search(q, 5)
+    assert len(again) == len(index)
+
+
+def test_missing_index_directory_says_how_to_build(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"does not exist.*python -m envs\.search_index\.bm25 --corpus"):
+        BM25Index.load(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no BM25 index"):
+        open_retriever("bm25", str(tmp_path / "empty"))
+
+
+def test_corpus_formats_and_broken_lines(tmp_path: Path) -> None:
+    good = tmp_path / "c.jsonl"
+    good.write_text(
+        json.dumps({"id": "a", "contents": '"Alpha"\nAlpha is a river.'})
+        + "\n\n"
+        + json.dumps({"id": "b", "title": "Beta", "text": "Beta is a city."})
+        + "\n"
+    )
+    got = list(read_corpus(good))
+    assert [(p.id, p.title) for p in got] == [("a", "Alpha"), ("b", "Beta")]
+    assert [p.text for p in got] == ["Alpha is a river.", "Beta is a city."]
+    assert BM25Index.from_corpus(good).search("river", 1)[0].id == "a"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text() + '{"id": "c", "contents": "trunc\n')
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:4: not valid JSON"):
+        list(read_corpus(bad))
+    bad.write_text('{"id": "x"}\n')
+    with pytest.raises(ConfigError, match=r":1: needs 'contents' or 'text'"):
+        BM25Index.from_corpus(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        list(read_corpus(tmp_path / "missing.jsonl"))
+
+
+def test_write_corpus_roundtrip(tmp_path: Path) -> None:
+    ps = [Passage("1", "T", "body one"), Passage("2", "", "body two")]
+    assert list(read_corpus(write_corpus(ps, tmp_path / "o.jsonl"))) == ps
+
+
+def test_bad_queries_are_the_agents_error() -> None:
+    index, _ = _world_index(50)
+    for q in ["", "   ", "x" * 100_000]:
+        with pytest.raises(ToolError):
+            index.search(q, 3)
+    with pytest.raises(ToolError, match="k must be"):
+        index.search("river", 0)
+    assert index.search("qqqq zzzz", 3) == []
+    assert index.search("!!! ???", 3) == []

@@ -1,0 +1,124 @@
+"""The retrieval server and its client, for real on 127.0.0.1 with ephemeral ports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envs.errors import RetrievalError, ToolError
+from envs.search_index import BM25Index, HTTPRetriever, write_corpus
+from envs.search_index.server import RetrievalServer
+from envs.search_tasks import generate_world, world_passages
+
+
+@pytest.fixture(scope="module")
+def index() -> BM25Index:
+    return BM25Index.build(world_passages(generate_world(120, seed=4)))
+
+
+@pytest.fixture
+def server(index: BM25Index) -> Iterator[RetrievalServer]:
+    with RetrievalServer(index, port=0).start() as srv:
+        yield srv
+
+
+def test_batch_retrieve_matches_the_local_index(server: RetrievalServer, index: BM25Index) -> None:
+    client = HTTPRetriever(server.url)
+    queries = ["glassware company", "river city founded", "violinist born"]
+    assert client.search_batch(queries, 4) == index.search_batch(queries, 4)
+    assert client.search("river", 2) == index.search("river", 2)
+    client.close()
+
+
+def test_wire_format_is_search_r1_shaped(server: RetrievalServer, index: BM25Index) -> None:
+    r = httpx.post(server.url + "/retrieve", json={"queries": ["river"], "topk": 2, "return_scores": True})
+    hit = r.json()["result"][0][0]
+    assert set(hit) == {"document", "score"} and {"id", "contents"} <= set(hit["document"])
+    r = httpx.post(server.url + "/retrieve", json={"queries": ["river"], "topk": 2, "return_scores": False})
+    assert r.json()["result"][0][0]["id"] == index.search("river", 1)[0].id
+    health = httpx.get(server.url + "/health").json()
+    assert health == {"status": "ok", "backend": "bm25", "docs": len(index)}
+
+
+def test_bad_requests_get_clear_4xx(server: RetrievalServer) -> None:
+    url = server.url + "/retrieve"
+    assert httpx.post(url, content=b"not json").status_code == 400
+    assert httpx.post(url, json={"q": 1}).status_code == 400
+    r = httpx.post(url, json={"queries": [""], "topk": 3})
+    assert r.status_code == 400 and "empty" in r.json()["error"]
+    r = httpx.post(url, json={"queries": ["x" * 100_000], "topk": 3})
+    assert r.status_code == 400 and "limit" in r.json()["error"]
+    assert httpx.post(url, content=b"x" * (5 << 20)).status_code == 413
+    assert httpx.get(server.url + "/nope").status_code == 404
+    with pytest.raises(ToolError, match="empty"):
+        HTTPRetriever(server.url).search("   ", 3)
+
+
+def test_server_down_is_a_retrieval_error(index: BM25Index) -> None:
+    srv = RetrievalServer(index, port=0)
+    url = srv.url
+    srv.stop()  # the port is closed again
+    with pytest.raises(RetrievalError, match="unreachable"):
+        HTTPRetriever(url, timeout_s=2).search("river", 3)
+
+
+class _Slow(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        time.sleep(1.5)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Garbage(_Slow):
+    def do_POST(self) -> None:
+        body = b'{"result": "nope"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(("handler", "match"), [(_Slow, "did not answer within"), (_Garbage, "garbage")])
+def test_slow_or_garbage_server_is_a_retrieval_error(handler: type, match: str) -> None:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RetrievalError, match=match):
+            HTTPRetriever(f"http://127.0.0.1:{srv.server_address[1]}", timeout_s=0.3).search("river", 3)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_server_starts_with_one_command(tmp_path: Path) -> None:
+    corpus = write_corpus(world_passages(generate_world(40, seed=0)), tmp_path / "corpus.jsonl")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envs.search_index.server", "--corpus", str(corpus), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("serving bm25 on http://127.0.0.1:"), line
+        url = line.split()[-1]
+        r = httpx.post(url, json={"queries": ["river", "company"], "topk": 2}, timeout=10)
+        result = r.json()["result"]
+        assert len(result) == 2 and all(len(hits) == 2 for hits in result)
+        assert json.dumps(result)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
