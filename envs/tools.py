@@ -131,7 +131,10 @@ class Tool:
         missing = [r for r in required if r not in arguments]
         unknown = [k for k in arguments if k not in props]
         if missing or unknown:
-            return f"Tool {self.name!r}: missing arguments {missing}, unknown arguments {unknown}; expected {sorted(props)}."
+            return (
+                f"Tool {self.name!r}: missing arguments {missing}, unknown arguments {unknown}; "
+                f"expected {sorted(props)}."
+            )
         for key, value in arguments.items():
             want = props[key].get("type")
             if want == "string" and not isinstance(value, str):

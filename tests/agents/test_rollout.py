@@ -39,7 +39,7 @@ def test_fake_policy_episode_masks_only_sampled_tokens(tiny_tokenizer: Any) -> N
     assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.logprobs)
     sampled = [t for t, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
     eos = tiny_tokenizer.eos_token_id
-    expected = chat.encode(call) + [eos] + chat.encode("<answer>9</answer>") + [eos]
+    expected = [*chat.encode(call), eos, *chat.encode("<answer>9</answer>"), eos]
     assert sampled == expected
     first = traj.turns[0]
     assert tiny_tokenizer.decode(traj.token_ids[first.start : first.end], skip_special_tokens=True) == call
