@@ -8,8 +8,15 @@ through Gymnasium's JSON-able env kwargs::
     "rule/exact_match - 0.1*rule/format"   # '+' and '-' need spaces around them
 
 Ids may contain '-', '.', ':' and '@' (``prm/Qwen2.5-Math-PRM-7B``); an operator is a '+' or
-'-' with whitespace on both sides. :func:`parse_judge_spec` gives a :class:`JudgeSpec`, whose
-``str()`` is the canonical expression again.
+'-' with whitespace on both sides. Options after a ';' select how a trajectory's process and
+outcome rewards are combined (:class:`CombineConfig`)::
+
+    "rule/f1 + 0.3*llm/turn ; credit=min, gate=0.5, norm=zscore, clip=5"
+
+:func:`parse_judge_spec` gives a :class:`JudgeSpec`, whose ``str()`` is the canonical expression
+again. The pure functions below implement the combinations: PURE's min-form credit assignment
+(:func:`min_form_values`), G-RA's gated accumulation (:func:`gated`), ReNorm-style normalisation
+(:func:`normalize`), clipping and finiteness checks, and :func:`combine_group` for a group.
 """
 
 from __future__ import annotations

@@ -1,0 +1,177 @@
+"""An in-process OpenAI-compatible chat server on 127.0.0.1, for tests of LLM judges.
+
+:class:`FakeOpenAIServer` answers ``POST /v1/chat/completions`` and ``GET /v1/models`` on an
+ephemeral port from a background thread. Its replies are scripted by a function of the request's
+messages; failures (HTTP status codes, dropped connections) and latency are scripted too, and
+every request is recorded::
+
+    with FakeOpenAIServer(reply=lambda messages: '{"score": 8, "reason": "fine"}') as server:
+        judge = LLMJudge(base_url=server.base_url)
+        ...
+        assert server.requests[0]["model"] == "fake"
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Messages = list[dict[str, Any]]
+
+
+def gullible(messages: Messages) -> str:
+    """A deliberately gullible judge: full marks for anything (used to prove the guards work)."""
+    return '{"score": 10, "reason": "looks correct"}'
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A scripted failure for one request.
+
+    Attributes:
+        status: the HTTP status to answer with (e.g. 500, 429); 0 drops the connection.
+        body: the response body.
+    """
+
+    status: int = 500
+    body: str = '{"error": {"message": "scripted failure"}}'
+
+
+class FakeOpenAIServer:
+    """A scriptable OpenAI-compatible server in a background thread.
+
+    Args:
+        reply: ``messages -> content`` of the assistant reply; defaults to :func:`gullible`.
+        delay_s: seconds to sleep before every answer (to test timeouts and concurrency).
+        model: the model id listed by ``/v1/models``.
+    """
+
+    def __init__(self, reply: Callable[[Messages], str] = gullible, delay_s: float = 0.0, model: str = "fake"):
+        self.reply = reply
+        self.delay_s = delay_s
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.failures: deque[Failure] = deque()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give a client, ending in ``/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def fail_next(self, n: int = 1, status: int = 500, body: str | None = None) -> None:
+        """Answer the next ``n`` chat requests with ``status`` (0 drops the connection)."""
+        for _ in range(n):
+            self.failures.append(Failure(status, body) if body is not None else Failure(status))
+
+    def start(self) -> FakeOpenAIServer:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and free the port; idempotent."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def complete(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
+        """The status and body for one chat request (called by the handler thread)."""
+        with self._lock:
+            self.requests.append(request)
+            failure = self.failures.popleft() if self.failures else None
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            if failure is not None:
+                return failure.status, failure.body
+            messages = request.get("messages")
+            if not isinstance(messages, list):
+                return 400, '{"error": {"message": "messages must be a list"}}'
+            content = self.reply(messages)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        completion_tokens = len(content.split())
+        return 200, {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", self.model),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+
+def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out separately; don't wait for ACKs
+
+        def log_message(self, format: str, *args: Any) -> None:  # silence stderr
+            return
+
+        def _send(self, status: int, body: dict[str, Any] | str) -> None:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+            else:
+                self._send(404, '{"error": {"message": "not found"}}')
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._send(404, '{"error": {"message": "not found"}}')
+                return
+            try:
+                request = json.loads(raw)
+            except json.JSONDecodeError:
+                self._send(400, '{"error": {"message": "body is not JSON"}}')
+                return
+            status, body = server.complete(request)
+            if status == 0:
+                self.close_connection = True
+                self.connection.close()
+                return
+            self._send(status, body)
+
+    return Handler

@@ -1,0 +1,155 @@
+"""The LLM judge against the in-process OpenAI-compatible fake server on localhost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import envs  # noqa: F401  (registers the prm/ ids)
+from envs.errors import JudgeError
+from envs.parsing import parse_action
+from envs.tasks import Task
+from rewards.llm_judge import LLMJudge, parse_verdict
+from rewards.openai_fake import FakeOpenAIServer
+from rewards.protocol import score_batch
+from rewards.registry import make_judge
+from rewards.types import Turn
+
+TASK = Task("t1", "What is 6 times 7?", "42")
+
+
+def turn(action: str, index: int = 0, history: tuple[tuple[str, str], ...] = ()) -> Turn:
+    parsed = parse_action(action)
+    return Turn(TASK, index, action, parsed, (), history, parsed.answer is not None)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(reply=lambda m: '{"score": 7, "reason": "reasonable step"}') as srv:
+        yield srv
+
+
+def judge_for(srv: FakeOpenAIServer, **kw: Any) -> LLMJudge:
+    return LLMJudge("turn", base_url=srv.base_url, backoff_s=0.01, **kw)
+
+
+def test_scores_a_batch_and_records_usage(server: FakeOpenAIServer) -> None:
+    judge = judge_for(server)
+    turns = [turn("I will multiply 6 by 7 with the calculator."), turn("<answer>42</answer>", 1)]
+    verdicts = score_batch(judge, turns)
+    assert [v.score for v in verdicts] == [0.7, 0.7]
+    assert all(v.tokens and v.tokens > 0 and v.latency_s is not None for v in verdicts)
+    assert judge.usage.requests == 2 and judge.usage.prompt_tokens > 0
+    request = server.requests[0]
+    assert request["messages"][0]["role"] == "system" and "JSON" in request["messages"][0]["content"]
+    assert "<untrusted>" in request["messages"][1]["content"]
+
+
+def test_cache_by_content_hash(server: FakeOpenAIServer) -> None:
+    judge = judge_for(server)
+    t = turn("Multiply 6 by 7.")
+    first = score_batch(judge, [t])[0]
+    again = score_batch(judge, [t])[0]
+    assert first.score == again.score and len(server.requests) == 1 and judge.usage.cache_hits == 1
+
+
+def test_retries_then_succeeds(server: FakeOpenAIServer) -> None:
+    server.fail_next(2, status=503)
+    judge = judge_for(server, max_retries=2)
+    assert score_batch(judge, [turn("Multiply 6 by 7.")])[0].score == 0.7
+    assert len(server.requests) == 3 and judge.usage.retries == 2
+
+
+@pytest.mark.parametrize(("status", "retries"), [(500, 1), (429, 1), (0, 1), (400, 2)])
+def test_http_failures_raise_judge_error(server: FakeOpenAIServer, status: int, retries: int) -> None:
+    server.fail_next(5, status=status)
+    with pytest.raises(JudgeError):
+        score_batch(judge_for(server, max_retries=retries), [turn("Multiply 6 by 7.")])
+    expected = 1 if status == 400 else retries + 1  # a 4xx is not retried
+    assert len(server.requests) == expected
+
+
+def test_timeout_raises_judge_error() -> None:
+    with FakeOpenAIServer(delay_s=0.5) as slow:
+        judge = LLMJudge(base_url=slow.base_url, timeout_s=0.1, max_retries=0)
+        with pytest.raises(JudgeError, match="timed out"):
+            score_batch(judge, [turn("Multiply 6 by 7.")])
+
+
+@pytest.mark.parametrize(
+    "reply", ["Score: 7", '{"score": "7"}', '{"score": 11}', '{"score": -1}', '{"reason": "x"}', "[7]", "{}", ""]
+)
+def test_strict_verdict_parsing_rejects(reply: str) -> None:
+    with pytest.raises(JudgeError):
+        parse_verdict(reply, 10.0)
+
+
+def test_non_finite_verdict_is_an_error() -> None:
+    with pytest.raises(JudgeError):
+        parse_verdict('{"score": NaN}', 10.0)
+    assert parse_verdict('```json\n{"score": 10, "reason": "ok"}\n```', 10.0) == (1.0, "ok")
+
+
+def test_unparseable_reply_from_server_raises() -> None:
+    with FakeOpenAIServer(reply=lambda m: "I think it deserves a 9.") as srv, pytest.raises(JudgeError):
+        score_batch(LLMJudge(base_url=srv.base_url), [turn("Multiply 6 by 7.")])
+
+
+def test_bounded_concurrency() -> None:
+    with FakeOpenAIServer(delay_s=0.05) as srv:
+        judge = LLMJudge(base_url=srv.base_url, concurrency=3)
+        turns = [turn(f"Step {i}: multiply 6 by 7.", i) for i in range(9)]
+        assert len(score_batch(judge, turns)) == 9
+        assert srv.max_in_flight == 3
+
+
+def test_works_inside_a_running_event_loop(server: FakeOpenAIServer) -> None:
+    judge = judge_for(server)
+
+    async def main() -> float:
+        sync_result = score_batch(judge, [turn("Multiply 6 by 7.")])[0].score  # sync call inside a loop
+        async_result = (await judge.ascore([turn("Multiply 7 by 6.")]))[0].score
+        return sync_result + async_result
+
+    assert math.isclose(asyncio.run(main()), 1.4)
+
+
+def test_trajectory_judge_scores_final_turn_with_reference(server: FakeOpenAIServer) -> None:
+    judge = make_judge("llm/trajectory", base_url=server.base_url)
+    assert judge.scope == "final" and judge.term == "outcome"
+    history = (("<tool_call>{}</tool_call>", "<tool_response>42</tool_response>"),)
+    assert score_batch(judge, [turn("<answer>42</answer>", 1, history)])[0].score == 0.7
+    content = server.requests[0]["messages"][1]["content"]
+    assert "Reference answer" in content and "# Turn 1" in content
+
+
+def test_env_episode_with_llm_turn_judge(server: FakeOpenAIServer) -> None:
+    kwargs = {"llm/turn": {"base_url": server.base_url}}
+    env = gym.make("prm/Math-v0", judge="rule/math_equiv + 0.5*llm/turn", judge_kwargs=kwargs)
+    json.dumps({"judge": "rule/math_equiv + 0.5*llm/turn", "judge_kwargs": kwargs})  # JSON-able kwargs
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
+    )
+    assert info["reward_status"] == "ok"
+    assert info["judge"]["llm/turn"]["score"] == 0.7 and info["judge"]["llm/turn"]["tokens"] > 0
+    assert "latency_s" in info["judge"]["llm/turn"]
+    assert math.isclose(reward, 0.35, abs_tol=1e-6)
+    server.fail_next(10, status=500)
+    _, reward, _, _, info = env.step("Let me compute 6 times 7 more carefully now.")
+    assert info["reward_status"] == "infra_error" and "error" in info["judge"]["llm/turn"]
+    env.close()
+
+
+def test_structured_output_request(server: FakeOpenAIServer) -> None:
+    judge = judge_for(server, structured=True)
+    score_batch(judge, [turn("Multiply 6 by 7.")])
+    fmt = server.requests[0]["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert fmt["json_schema"]["schema"]["properties"]["score"] == {"type": "integer", "minimum": 0, "maximum": 10}
