@@ -1,11 +1,17 @@
-"""prm-gym environments. Importing this package registers every ``prm/`` id with Gymnasium."""
+"""prm-gym environments. Importing this package registers every ``prm/`` id with Gymnasium.
+
+Only the registrations, the error hierarchy and the text space are imported eagerly; the public
+classes (``ToolEnv``, ``Task``, ``register_tool_env``, ...) load on first access, so that
+``rewards`` and ``envs`` can import each other's small modules without a cycle.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from gymnasium.envs.registration import register, registry
 
-from envs.base import ToolEnv
-from envs.custom import register_tool_env
 from envs.errors import (
     ConfigError,
     InfraError,
@@ -18,8 +24,15 @@ from envs.errors import (
     ToolParseError,
 )
 from envs.spaces import UnicodeText
-from envs.tasks import Task, TaskSet
-from envs.tools import Tool, ToolResult
+
+_LAZY = {
+    "ToolEnv": "envs.base",
+    "register_tool_env": "envs.custom",
+    "Task": "envs.tasks",
+    "TaskSet": "envs.tasks",
+    "Tool": "envs.tools",
+    "ToolResult": "envs.tools",
+}
 
 __all__ = [
     "ConfigError",
@@ -39,6 +52,13 @@ __all__ = [
     "UnicodeText",
     "register_tool_env",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'envs' has no attribute {name!r}")
+
 
 _ENVS = {
     "prm/Math-v0": ("envs.math:MathEnv", 6),

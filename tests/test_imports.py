@@ -1,0 +1,24 @@
+"""Every package imports on its own in a fresh interpreter (no import cycles), and the config
+module stays free of torch so `train-agent --help` is fast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "module", ["rewards", "rewards.combine", "rewards.llm_judge", "envs.base", "envs.custom", "sandbox", "agents"]
+)
+def test_fresh_import(module: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_training_config_does_not_import_torch() -> None:
+    code = "import sys, training.config; print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
