@@ -1,12 +1,14 @@
 """Benchmark the embedded BM25 backend against bm25s and pyserini on a generated corpus.
 
-    python benchmarks/bench_search.py [--people 80000] [--queries 2000] [--reps 5]
+    python benchmarks/bench_search.py [--people 80000] [--queries 2000] [--reps 5] [--dense 2000]
 
 Measures, on the same corpus (the fictional world, ~100k passages at the default size) and the
 same queries (its generated questions): index build time, queries/s with k=10 (warm-up, then
 ``--reps`` repetitions; median and spread), the top-10 overlap of the embedded backend with
 pyserini (when installed) and bm25s, and the env's own per-step overhead (retrieval and judges
-excluded). Ratios are against bm25s, measured in the same run.
+excluded). Ratios are against bm25s, measured in the same run. ``--dense N`` adds the dense
+backend (all-MiniLM-L6-v2) on the first N passages: passages embedded per second and queries/s,
+against the embedded BM25 on the same N passages.
 """
 
 from __future__ import annotations
@@ -73,9 +75,9 @@ def _pyserini(
     except ImportError:
         print("pyserini      not installed (pip install 'prm-gym[pyserini]'): skipped")
         return None
-    write_corpus(passages, tmp / "corpus" / "docs.jsonl")
+    corpus = write_corpus(passages, tmp / "corpus" / "docs.jsonl")
     t = time.perf_counter()
-    build_lucene_index(tmp / "corpus", tmp / "lucene", threads=2)
+    build_lucene_index(corpus, tmp / "lucene", threads=2)
     build = time.perf_counter() - t
     r = PyseriniRetriever(tmp / "lucene", threads=2)
 
@@ -83,6 +85,24 @@ def _pyserini(
         return [[p.id for p in hits] for hits in r.search_batch(queries, 10)]
 
     return build, _timed(run, reps), run()
+
+
+def _dense(passages: list[Passage], queries: list[str], reps: int) -> None:
+    try:
+        from envs.search_index.dense import DenseIndex, Encoder
+    except ImportError:
+        print("dense         not installed (pip install 'prm-gym[dense]'): skipped")
+        return
+    enc = Encoder()
+    t = time.perf_counter()
+    dense = DenseIndex.build(passages, enc)
+    build = time.perf_counter() - t
+    small = BM25Index.build(passages).warm()
+    base = _row(
+        f"bm25 {len(passages)}", 0.0, _timed(lambda: [small.rank(q, 10) for q in queries], reps), len(queries), None
+    )
+    _row("dense numpy", build, _timed(lambda: dense.search_batch(queries, 10), reps), len(queries), base)
+    print(f"dense: {len(passages) / build:.0f} passages embedded/s")
 
 
 def _overlap(a: list[list[str]], b: list[list[str]]) -> float:
@@ -114,6 +134,7 @@ def main() -> None:
     ap.add_argument("--people", type=int, default=80_000, help="world size (80k people -> ~106k passages)")
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--dense", type=int, default=0, help="passages for the dense backend run (0: skip)")
     args = ap.parse_args()
     world = generate_world(args.people, seed=0)
     passages = world_passages(world)
@@ -140,6 +161,9 @@ def main() -> None:
         for t, ids in zip(generate_search_tasks(world, args.queries, seed=0), ours, strict=True)
     )
     print(f"gold passage in top-10:       {hit:.3f}")
+    if args.dense:
+        print()
+        _dense(passages[: args.dense], queries[:200], args.reps)
     small = BM25Index.build(world_passages(generate_world(300, 0))).warm()
     step_us, search_us = _step_overhead(small)
     print(

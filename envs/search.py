@@ -88,7 +88,8 @@ class SearchEnv(ToolEnv):
     * ``tasks``: None for generated questions, an NQ/HotpotQA-style jsonl/json path, a list or a TaskSet.
     * ``index``: None for the generated world's index (cached under ``~/.cache/prm-gym``), an index
       directory, a ``.jsonl`` corpus, a server URL (``http://...``), or a :class:`Retriever`.
-    * ``backend``: ``bm25`` (default) or ``pyserini`` for an index path.
+    * ``backend``: ``bm25`` (default), ``dense`` or ``pyserini`` for an index path (``dense``
+      and ``bm25`` also take a ``.jsonl`` corpus, indexed in memory).
     * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
       world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator.
     * ``retrieval_timeout_s``: bound on one HTTP retrieval; ``judge``, ``max_turns`` (default 4).

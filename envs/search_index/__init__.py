@@ -4,7 +4,9 @@
 * :class:`HTTPRetriever`: a client of ``python -m envs.search_index.server``, so many rollout
   workers share one index.
 * ``envs.search_index.pyserini_backend``: Lucene through pyserini, an optional extra imported
-  only when asked for. (A dense backend is planned, not yet written.)
+  only when asked for.
+* ``envs.search_index.dense``: all-MiniLM-L6-v2 embeddings with exact inner-product search
+  (numpy, or faiss), an optional extra imported only when asked for.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ __all__ = [
 
 
 def open_retriever(backend: str, location: str, **kwargs: object) -> Retriever:
-    """A retriever by backend name: ``bm25`` (an index directory, or a ``.jsonl`` corpus to index
-    in memory), ``http`` (a server URL) or ``pyserini`` (a Lucene index directory or a prebuilt
-    index name).
+    """A retriever by backend name: ``bm25`` or ``dense`` (an index directory, or a ``.jsonl``
+    corpus to index in memory), ``http`` (a server URL) or ``pyserini`` (a Lucene index
+    directory or a prebuilt index name). ``kwargs`` go to the backend (e.g. ``engine="faiss"``
+    for ``dense``, ``k1``/``b`` for ``pyserini``, ``timeout_s`` for ``http``).
 
     Raises:
         ConfigError: unknown backend, missing index, or a missing optional extra.
@@ -46,4 +49,10 @@ def open_retriever(backend: str, location: str, **kwargs: object) -> Retriever:
         from envs.search_index.pyserini_backend import PyseriniRetriever
 
         return PyseriniRetriever(location, **kwargs)  # type: ignore[arg-type]
-    raise ConfigError(f"unknown retrieval backend {backend!r}; use 'bm25', 'http' or 'pyserini'.")
+    if backend == "dense":
+        from envs.search_index.dense import DenseIndex
+
+        if location.endswith(".jsonl"):
+            return DenseIndex.from_corpus(location, **kwargs)  # type: ignore[arg-type]
+        return DenseIndex.load(location, **kwargs)  # type: ignore[arg-type]
+    raise ConfigError(f"unknown retrieval backend {backend!r}; use 'bm25', 'dense', 'http' or 'pyserini'.")

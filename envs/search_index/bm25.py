@@ -117,8 +117,12 @@ class BM25Index:
         b: float = 0.4,
         stemmer: str = "porter",
     ) -> BM25Index:
-        """Index ``passages`` (their ``contents``: quoted title, newline, text)."""
-        docs = list(passages)
+        """Index ``passages`` (their ``contents``: quoted title, newline, text).
+
+        Passages are stored sorted by id, so that equal scores rank by id as in Anserini/pyserini
+        (which sorts ties by the id string); templated corpora have many ties at the top-k cut.
+        """
+        docs = sorted(passages, key=lambda p: p.id)
         if not docs:
             raise ConfigError("cannot build a BM25 index from an empty corpus.")
         analyzer = Analyzer(stemmer)

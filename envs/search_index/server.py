@@ -4,6 +4,7 @@ Start it with one command::
 
     python -m envs.search_index.server --index runs/index --port 8000
     python -m envs.search_index.server --corpus corpus.jsonl      # index in memory first
+    python -m envs.search_index.server --backend dense --index runs/dense   # or pyserini
 
 Endpoints (Search-R1 retriever compatible in spirit):
 
@@ -148,9 +149,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description="Serve a retrieval index over HTTP (POST /retrieve).")
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--index", help="an index directory (bm25 or pyserini)")
+    src.add_argument("--index", help="an index directory (bm25, dense or pyserini)")
     src.add_argument("--corpus", help="a jsonl corpus to index in memory at start-up")
-    ap.add_argument("--backend", default="bm25", choices=["bm25", "pyserini"])
+    ap.add_argument("--backend", default="bm25", choices=["bm25", "dense", "pyserini"])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--verbose", action="store_true", help="log every request")
