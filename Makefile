@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,dev
 
-.PHONY: setup demo test test-slow lint bench clean
+.PHONY: setup demo test test-slow reliability lint learn bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,10 +34,18 @@ test: setup
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow tests
 
+## The long reliability runs: kill -9 / --resume of the trainer, Ctrl-C cleanup (docs/reliability.md).
+reliability: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -s -m slow tests/reliability
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+## Proof that the trainer learns (CPU, < 15 min): SFT warm start, GRPO on prm/Math-v0, held-out reward.
+learn: setup
+	$(BIN)/python -m training.learn --output-dir runs/learn
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

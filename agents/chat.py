@@ -30,6 +30,15 @@ To call a tool, reply with a JSON object naming it and giving its arguments, ins
 </tool_call>
 Tool results come back inside <tool_response></tool_response>."""
 
+_COMPACT_BLOCK = """
+Tools: {signatures}. Call one as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>."""
+
+
+def _signature(tool: dict[str, Any]) -> str:
+    fn = tool.get("function", tool)
+    props = fn.get("parameters", {}).get("properties", {})
+    return f"{fn.get('name', '?')}({', '.join(props)})"
+
 
 class ChatTemplate:
     """Renders prompts and observations with a tokenizer's chat template.
@@ -39,9 +48,20 @@ class ChatTemplate:
         system_prompt: the system message before the tool block.
         observation_role: the role observations are sent as (``"user"`` works with every
             template; the env already wraps tool results in ``<tool_response>``).
+        tools_block: ``"full"`` lists the tools' JSON schemas; ``"compact"`` only their
+            signatures and the call syntax (a few dozen tokens: for tiny byte-level models).
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM, observation_role: str = "user"):
+    def __init__(
+        self,
+        tokenizer: Any,
+        system_prompt: str = DEFAULT_SYSTEM,
+        observation_role: str = "user",
+        tools_block: str = "full",
+    ):
+        if tools_block not in ("full", "compact"):
+            raise ValueError(f"tools_block must be 'full' or 'compact', got {tools_block!r}.")
+        self.tools_block = tools_block
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the tokenizer has no chat_template; set tokenizer.chat_template first.")
         self.tokenizer = tokenizer
@@ -73,6 +93,8 @@ class ChatTemplate:
     def system_message(self, tools: Sequence[dict[str, Any]]) -> str:
         if not tools:
             return self.system_prompt
+        if self.tools_block == "compact":
+            return self.system_prompt + _COMPACT_BLOCK.format(signatures=", ".join(_signature(t) for t in tools))
         schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
         return self.system_prompt + _TOOLS_BLOCK.format(schemas=schemas)
 

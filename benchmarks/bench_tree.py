@@ -5,6 +5,14 @@ judge. Chain: ``M * (1 + N * L)`` independent episodes per task. Tree: ``M`` tre
 ``L`` rounds of ``N`` branches forked at turn boundaries, the same number of leaves. Prints
 generated tokens per leaf trajectory (median and spread over repetitions) and the ratio.
 
+Accounting: chain counts every sampled token of every episode; tree counts each sampled token
+once (a shared prefix is generated once, by the episode that first produced it), divided by the
+same number of leaves. Expansion draws among a tree's *distinct* inner nodes (the paper's
+"sample N non-leaf nodes"); an earlier version drew (leaf, boundary) pairs, which counted a
+shared shallow node once per leaf through it and so over-sampled long suffixes (ratio 0.58).
+With uniform choice among distinct nodes the ratio tends to about 0.5 as L grows: it is a
+property of where branches start, not of the model.
+
     .venv/bin/python benchmarks/bench_tree.py
 """
 
@@ -61,6 +69,18 @@ def main() -> None:
         )
     ratio = statistics.median(t) / statistics.median(c)
     print(f"tree/chain ratio: {ratio:.2f} (target <= 0.5)")
+    from result_line import emit, spread  # the machine-readable row for run_all.py
+
+    emit(
+        "tree",
+        "generated tokens per trajectory, tree-GRPO",
+        statistics.median(t),
+        statistics.median(c),
+        "independent chains (same leaves per task)",
+        "tokens",
+        "lower",
+        f"ours {spread(t)}, baseline {spread(c)}",
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import gymnasium as gym
 from agents.chat import ChatTemplate
 from agents.policy import Policy, SamplingParams
 from agents.rollout import Trajectory, rollout
+from envs.errors import InfraError
 
 DEFAULT_SAMPLING = SamplingParams()
 
@@ -90,6 +91,8 @@ class AsyncCollector:
         self._dropped = 0
         self._stop = False
         self._errors: list[BaseException] = []
+        #: groups lost to an InfraError in a producer (rebuilt envs, the run goes on)
+        self.failed_groups = 0
         self._queue: queue.Queue[list[Trajectory]] = queue.Queue()
         self._threads = [
             threading.Thread(target=self._produce, args=(p,), daemon=True, name=f"producer-{p}")
@@ -128,15 +131,25 @@ class AsyncCollector:
                 if weights is not None and weights[0] > policy.version:
                     self.load_weights(policy, weights[1], weights[0])
                 task_id, seed = self.next_task(i)
-                group = rollout(
-                    envs,
-                    policy,
-                    self.chat,
-                    seeds=[seed + j for j in range(self.group_size)],
-                    task_ids=[task_id] * self.group_size,
-                    sampling=self.sampling,
-                    max_context_tokens=self.max_context_tokens,
-                )
+                try:
+                    group = rollout(
+                        envs,
+                        policy,
+                        self.chat,
+                        seeds=[seed + j for j in range(self.group_size)],
+                        task_ids=[task_id] * self.group_size,
+                        sampling=self.sampling,
+                        max_context_tokens=self.max_context_tokens,
+                    )
+                except InfraError:  # a worker's env infrastructure died: lose this group, not the run
+                    with self._cond:
+                        self.failed_groups += 1
+                        self._dropped += 1
+                        self._cond.notify_all()
+                    for e in envs:
+                        e.close()
+                    envs = [self.make_env() for _ in range(self.group_size)]
+                    continue
                 self._queue.put(group)
             for e in envs:
                 e.close()

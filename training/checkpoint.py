@@ -36,6 +36,8 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    for stale in target.parent.glob(".ckpt-*.tmp"):  # left by a process killed mid-save
+        stale.unlink(missing_ok=True)
     return target
 
 

@@ -6,6 +6,7 @@ Examples::
     train-agent --env prm/Math-v0 --algo tree-grpo --tree.num-trees 2 --tree.expand-nodes 3
     train-agent --asynchronous.enabled --asynchronous.max-staleness 2 --output-dir runs/async
     train-agent --mode eval --output-dir runs/async
+    train-agent --backend ray --num-workers 4 --steps 20
     train-agent --imports weather_agent --env weather/Forecast-v0 --steps 5
 """
 
@@ -39,7 +40,7 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     source = cfg.init_checkpoint or (str(ckpt) if ckpt.exists() else "")
     if source:
         policy.model.load_state_dict(model_state(load_checkpoint(source)))
-    result = evaluate(policy, ChatTemplate(policy.tokenizer), cfg)
+    result = evaluate(policy, ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt), cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / "eval.json").write_text(json.dumps({"checkpoint": source, **result}, indent=2))
     return result
@@ -60,7 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))
             return 0
-        from training.trainer import train
+        if cfg.backend == "ray" or cfg.policy.startswith("vllm:"):
+            from training.distributed_loop import train_distributed as train
+        else:
+            from training.trainer import train
 
         run = train(cfg)
         print(f"trained {run.step} steps; outputs in {cfg.output_dir}")

@@ -21,6 +21,7 @@ def _check(ok: bool, name: str, value: Any, fix: str) -> None:
 
 def parse_json_kwargs(name: str, text: str) -> dict[str, Any]:
     """The JSON object in ``text`` (empty text: ``{}``); a ConfigError naming ``name`` otherwise."""
+    _check(isinstance(text, str), name, text, "give the keyword arguments as a JSON string")
     if not text.strip():
         return {}
     try:
@@ -169,9 +170,20 @@ class TrainConfig:
     imports: tuple[str, ...] = ()
     """Modules to import first, so their envs and judges resolve (e.g. weather_agent)."""
     policy: str = "hf:tiny"
-    """Policy id: hf:tiny, hf:smollm2-135m or hf:<directory>."""
+    """Policy id: hf:tiny, hf:smollm2-135m, hf:<directory>, or vllm:<url>[,<url>...] (vLLM servers)."""
+    vllm_weights: str = ""
+    """With --policy vllm:<url>: the hf: id of the weights the servers serve (the learner trains
+    them, writes them back and the servers reload them after every step)."""
+    backend: Literal["local", "ray"] = "local"
+    """Where rollouts run: in this process, or on Ray rollout workers (see docs/scale-out.md)."""
+    num_workers: int = 2
+    """Ray rollout workers (actors), each with its own envs, judges, sandboxes and policy copy."""
+    ray_address: str = ""
+    """An existing Ray cluster to join (e.g. auto or ray://head:10001); empty: start a local one."""
     judge: str = ""
     """Judge expression passed to the env (empty: the env's default)."""
+    tools_prompt: Literal["full", "compact"] = "full"
+    """System prompt tool block: full JSON schemas, or compact signatures (tiny byte-level models)."""
     algo: Literal["grpo", "tree-grpo"] = "grpo"
     """Chain GRPO groups, or Tree-GRPO trees forked at turn boundaries."""
     mode: Literal["train", "eval"] = "train"
@@ -209,7 +221,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check("/" in self.env, "env", self.env, "give a registered id such as prm/Math-v0")
         parse_json_kwargs("env_kwargs", self.env_kwargs)
-        _check(self.policy.startswith("hf:"), "policy", self.policy, "use hf:tiny, hf:smollm2-135m or hf:<dir>")
+        _check(self.policy.startswith(("hf:", "vllm:")), "policy", self.policy, "use hf:tiny, hf:<dir> or vllm:<url>")
+        _check(
+            not self.policy.startswith("vllm:") or self.vllm_weights.startswith("hf:"),
+            "vllm_weights",
+            self.vllm_weights,
+            "with --policy vllm:<url> give the served weights as --vllm-weights hf:<dir>",
+        )
+        _check(self.num_workers >= 1, "num_workers", self.num_workers, "use >= 1")
         _check(self.group_size >= 2, "group_size", self.group_size, "use >= 2 (a group needs a baseline)")
         _check(self.tasks_per_step >= 1, "tasks_per_step", self.tasks_per_step, "use >= 1")
         _check(self.steps >= 0, "steps", self.steps, "use >= 0")

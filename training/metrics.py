@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if keep_until is not None and self.path.exists():
             rows = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= keep_until]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            tmp = self.path.with_suffix(".jsonl.tmp")  # atomic: a kill here must not lose the log
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            os.replace(tmp, self.path)
         elif keep_until is None:
             self.path.write_text("")
         self._tb: Any = None
@@ -56,7 +59,16 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if p.is_dir():
         p = p / METRICS
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    lines = [line for line in p.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+            # a process killed mid-append leaves a torn last line: that step is redone on resume
+    return rows
 
 
 def plot_metrics(out_dir: str | Path) -> list[Path]:

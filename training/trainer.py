@@ -80,7 +80,8 @@ def build_run(cfg: TrainConfig) -> Run:
     probe = make_env()
     train_ids = task_ids_of(probe, "env")
     probe.close()
-    run = Run(cfg, policy, optimizer, ref, ChatTemplate(policy.tokenizer), make_env, train_ids)
+    chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt)
+    run = Run(cfg, policy, optimizer, ref, chat, make_env, train_ids)
     if cfg.resume:
         state = load_checkpoint(cfg.output_dir)
         policy.model.load_state_dict(state["model"])

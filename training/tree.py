@@ -71,6 +71,16 @@ def _prefix(traj: Trajectory, k: int) -> Trajectory:
     )
 
 
+def tree_nodes(leaves: Sequence[Trajectory], forked_at: dict[int, int]) -> list[tuple[Trajectory, int]]:
+    """The distinct inner nodes of a tree as ``(leaf, k)``: the boundary before turn ``k``.
+
+    ``forked_at[id(leaf)]`` is the boundary a leaf was forked at (0 for the root chain); the
+    leaf shares every boundary up to it with its parent, so only later ones are new nodes.
+    Boundary 0 (the bare prompt) is excluded: branching there is a new chain, not a tree.
+    """
+    return [(leaf, k) for leaf in leaves for k in range(max(1, forked_at[id(leaf)] + 1), len(leaf.turns))]
+
+
 def _fork_at(root: Any, traj: Trajectory, k: int) -> Any:
     env = root.fork()
     for turn in traj.turns[:k]:
@@ -117,11 +127,12 @@ def sample_trees(
     for b, tid, s in zip(bases, roots_tasks, roots_seeds, strict=True):
         b.reset(seed=s, options={"task_id": tid})
     tree_leaves: list[list[Trajectory]] = [[c] for c in chains]
+    forked_at: dict[int, int] = {id(c): 0 for c in chains}
     for traj in chains:
         out.generated_tokens += traj.num_generated_tokens
         out.tool_calls += _tool_calls(traj.turns)
     for _ in range(cfg.expand_rounds):
-        _expand_round(bases, tree_leaves, policy, chat, cfg, rng, out, sampling, max_context_tokens)
+        _expand_round(bases, tree_leaves, forked_at, policy, chat, cfg, rng, out, sampling, max_context_tokens)
     for tree, leaves in enumerate(tree_leaves):
         for leaf in leaves:
             out.leaves.append(leaf)
@@ -135,6 +146,7 @@ def sample_trees(
 def _expand_round(
     bases: list[Any],
     tree_leaves: list[list[Trajectory]],
+    forked_at: dict[int, int],
     policy: Policy,
     chat: ChatTemplate,
     cfg: TreeConfig,
@@ -143,13 +155,18 @@ def _expand_round(
     sampling: SamplingParams,
     max_context_tokens: int,
 ) -> None:
-    """Add ``cfg.expand_nodes`` branches to every tree, all sampled in one batched rollout."""
+    """Add ``cfg.expand_nodes`` branches to every tree, all sampled in one batched rollout.
+
+    The candidates are the tree's distinct internal nodes: a leaf forked at boundary ``f``
+    shares turns ``< f`` with its parent, so only its boundaries ``k > f`` are new nodes
+    (counting them again per leaf would over-sample the shallow shared nodes).
+    """
     forks: list[Any] = []
     prefixes: list[Trajectory] = []
     owners: list[int] = []
     for tree, leaves in enumerate(tree_leaves):
         # boundaries after turn k-1, before turn k; k >= 1 (k = 0 would be a new chain)
-        nodes = [(leaf, k) for leaf in leaves for k in range(1, len(leaf.turns))]
+        nodes = tree_nodes(leaves, forked_at)
         if not nodes:  # every leaf ended after one turn: branch from the root instead
             nodes = [(leaves[0], 0)]
         picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=len(nodes) < cfg.expand_nodes)
@@ -165,4 +182,5 @@ def _expand_round(
         out.generated_tokens += branch.num_generated_tokens - prefix.num_generated_tokens
         out.tool_calls += _tool_calls(new_turns)
         tree_leaves[tree].append(branch)
+        forked_at[id(branch)] = len(prefix.turns)
         env.close()

@@ -1,0 +1,78 @@
+"""Rollout throughput: in-process versus Ray rollout workers (1 and 2), on the same workload.
+
+Every backend plays the same GRPO groups (prm/Math-v0, hf:tiny, greedy, fixed seeds) after a
+warm-up round; we report episodes/s (median and spread over repetitions), the ratio against
+in-process, and the per-episode overhead Ray adds (1 worker versus in-process).
+
+    .venv/bin/python benchmarks/bench_ray.py [--groups 4] [--reps 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+
+import envs  # noqa: F401
+from agents.policy import SamplingParams
+from training.distributed import RayRollouts, WorkerSpec
+from training.distributed_loop import LocalRollouts
+
+SAMPLING = SamplingParams(max_new_tokens=16, temperature=0.0)
+
+
+def _time(play: Callable[[], int], reps: int) -> list[float]:
+    play()  # warm-up
+    rates = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        n = play()
+        rates.append(n / (time.perf_counter() - t0))
+    return rates
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads in-process (Ray actors get 1 per CPU)")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)  # a fair baseline: Ray sets OMP_NUM_THREADS=1 in 1-CPU actors
+    env = gym.make("prm/Math-v0")
+    ids = list(env.unwrapped.tasks.ids)[: args.groups]  # type: ignore[attr-defined]
+    env.close()
+    groups = [(t, list(range(args.group_size))) for t in ids]
+    spec = WorkerSpec("prm/Math-v0")
+    results: dict[str, list[float]] = {}
+    local = LocalRollouts(spec)
+    results["in-process"] = _time(lambda: sum(len(g) for g in local.collect(groups, SAMPLING, 1024)[0]), args.reps)
+    local.close()
+    for n in (1, 2):
+        with RayRollouts(spec, num_workers=n, cpus_per_worker=1) as pool:
+            results[f"ray x{n}"] = _time(
+                lambda: sum(len(g) for g in pool.collect(groups, SAMPLING, 1024)[0]), args.reps
+            )
+    base = statistics.median(results["in-process"])
+    print(f"{'backend':<12}{'episodes/s':>12}{'spread':>10}{'vs in-process':>16}")
+    for name, rates in results.items():
+        med = statistics.median(rates)
+        print(f"{name:<12}{med:>12.2f}{max(rates) - min(rates):>10.2f}{med / base:>15.2f}x")
+    overhead = 1 / statistics.median(results["ray x1"]) - 1 / base
+    print(f"Ray overhead per episode (1 worker vs in-process): {overhead * 1000:.1f} ms")
+    from result_line import emit, spread  # the machine-readable row for run_all.py
+
+    for name in ("ray x1", "ray x2"):
+        mine = results[name]
+        spreads = f"ours {spread(mine)}, in-process {spread(results['in-process'])}"
+        row = f"rollout episodes/s, {name}"
+        emit("ray", row, statistics.median(mine), base, "in-process", "ep/s", "higher", spreads)
+
+
+if __name__ == "__main__":
+    main()

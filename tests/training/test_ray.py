@@ -1,0 +1,84 @@
+"""Ray rollout workers on a real local Ray cluster (started once for this module)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import envs  # noqa: E402,F401
+from agents.chat import ChatTemplate  # noqa: E402
+from agents.hf import HFPolicy  # noqa: E402
+from agents.policy import SamplingParams  # noqa: E402
+from agents.rollout import rollout  # noqa: E402
+from training.cli import main  # noqa: E402
+from training.distributed import RayRollouts, WorkerSpec  # noqa: E402
+
+GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RayRollouts]:
+    with RayRollouts(WorkerSpec("prm/Math-v0", seed=7), num_workers=2, max_retries=1, cpus_per_worker=0.5) as p:
+        yield p
+
+
+def _task_ids(n: int) -> list[str]:
+    env = gym.make("prm/Math-v0")
+    ids = list(env.unwrapped.tasks.ids)[:n]  # type: ignore[attr-defined]
+    env.close()
+    return ids
+
+
+def test_ray_workers_play_exactly_what_the_local_loop_plays(pool: RayRollouts) -> None:
+    local = HFPolicy.from_id("hf:tiny", seed=123)
+    pool.publish(local.model.state_dict(), version=5)
+    ids = _task_ids(3)
+    groups, stats = pool.collect([(t, [11, 12]) for t in ids], GREEDY, 1024)
+    assert stats.worker_deaths == stats.dropped_groups == 0
+    for task_id, group in zip(ids, groups, strict=True):
+        envs_ = [gym.make("prm/Math-v0") for _ in range(2)]
+        expected = rollout(
+            envs_,
+            local,
+            ChatTemplate(local.tokenizer),
+            seeds=[11, 12],
+            task_ids=[task_id] * 2,
+            sampling=GREEDY,
+            max_context_tokens=1024,
+        )
+        for e in envs_:
+            e.close()
+        assert [t.token_ids for t in group] == [t.token_ids for t in expected]
+        assert [t.total_reward for t in group] == [t.total_reward for t in expected]
+        assert all(t.policy_version == 5 and t.task_id == task_id for t in group)
+
+
+def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> None:
+    before = ray.get(pool.actors[0].ping.remote())
+    pool.kill_worker(0)
+    groups, stats = pool.collect([(t, [1, 2]) for t in _task_ids(4)], GREEDY, 1024)
+    assert len(groups) == 4 and all(len(g) == 2 for g in groups)
+    assert stats.worker_deaths == 1 and stats.retried_groups == 1 and stats.dropped_groups == 0
+    after = ray.get(pool.actors[0].ping.remote())
+    assert after != before
+    assert all(t.policy_version == 5 for g in groups for t in g)  # the new worker got the weights
+
+
+@pytest.mark.slow
+def test_train_agent_backend_ray_runs_and_logs(pool: RayRollouts, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["--backend", "ray", "--num-workers", "1", "--steps", "2", "--group-size", "2", "--tasks-per-step", "2"]
+    argv += ["--output-dir", str(out), "--no-tensorboard", "--no-progress", "--sampling.max-new-tokens", "8"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "ray/worker_deaths" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["trained_rows"] == 4 for r in steps)
+    assert (out / "checkpoint.pt").exists()
+    assert ray.is_initialized()  # the run joined the module's cluster and left it running

@@ -1,0 +1,245 @@
+"""Rollout workers as Ray actors: the same envs, judges, sandboxes and rollout loop, on many CPUs.
+
+:class:`RayRollouts` starts ``num_workers`` :class:`RolloutWorker` actors on a local Ray
+cluster (or joins one by address). Each worker builds its own envs with ``gym.make`` (so judges,
+sandboxes and retrievers live in the worker) and its own policy: an ``hf:`` model whose weights
+the learner publishes after every step (one ``ray.put``, shared by all workers), or a
+``vllm:<url>[,<url>...]`` client of vLLM servers that the learner updates itself.
+
+Groups are handed out dynamically (a free worker takes the next group). A worker that dies
+is replaced and its group retried up to ``max_retries`` times; a group that still fails, or
+whose policy server failed, is dropped and counted, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.policy import SamplingParams
+from agents.rollout import Trajectory
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every rollout worker builds.
+
+    Attributes:
+        env_id: the registered env id.
+        env_kwargs: keyword arguments for ``gym.make``.
+        policy: ``hf:<id>`` (weights published by the learner) or ``vllm:<url>[,<url>...]``.
+        tokenizer: for a ``vllm:`` policy, the ``hf:`` id whose tokenizer the server speaks.
+        served_model: for a ``vllm:`` policy, the served model name.
+        imports: modules to import first (third-party envs and judges).
+        seed: base seed of the workers' samplers.
+        tools_prompt: the chat template's tool block (``full`` or ``compact``).
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    policy: str = "hf:tiny"
+    tokenizer: str = "hf:tiny"
+    served_model: str = "policy"
+    imports: tuple[str, ...] = ()
+    seed: int = 0
+    tools_prompt: str = "full"
+
+
+def build_policy(spec: WorkerSpec, seed: int) -> Any:
+    """The policy a worker samples from."""
+    from agents.hf import HFPolicy, load_hf
+
+    if spec.policy.startswith("vllm:"):
+        from agents.vllm import VLLMPolicy
+
+        _, tok = load_hf(spec.tokenizer, seed)
+        return VLLMPolicy(spec.policy[5:].split(","), tok, model=spec.served_model, seed=seed)
+    return HFPolicy.from_id(spec.policy, seed=seed)
+
+
+class RolloutWorker:
+    """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
+
+    def __init__(self, spec: WorkerSpec, index: int):
+        import envs  # noqa: F401  (registers prm/ ids)
+
+        for module in spec.imports:
+            importlib.import_module(module)
+        from agents.chat import ChatTemplate
+
+        self.spec = spec
+        self.index = index
+        self.policy = build_policy(spec, seed=spec.seed * 1000 + index + 1)
+        self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt)
+        self.envs: list[Any] = []
+
+    def ping(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def set_weights(self, state: Any, version: int) -> int:
+        """Load published weights (``None`` for a vLLM policy: only the version moves)."""
+        if state is not None and hasattr(self.policy, "model"):
+            self.policy.model.load_state_dict(state)
+        self.policy.version = version
+        return version
+
+    def play(
+        self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int
+    ) -> list[Trajectory]:
+        """One group: ``len(seeds)`` episodes of ``task_id``."""
+        import gymnasium as gym
+
+        from agents.rollout import rollout
+
+        while len(self.envs) < len(seeds):
+            self.envs.append(gym.make(self.spec.env_id, **self.spec.env_kwargs))
+        trajs = rollout(
+            self.envs[: len(seeds)],
+            self.policy,
+            self.chat,
+            seeds=list(seeds),
+            task_ids=[task_id] * len(seeds),
+            sampling=sampling,
+            max_context_tokens=max_context_tokens,
+        )
+        for t in trajs:  # infos can hold objects that only make sense in this process
+            for turn in t.turns:
+                turn.info = {k: v for k, v in turn.info.items() if isinstance(v, (int, float, str, bool, dict))}
+        return trajs
+
+    def close(self) -> None:
+        for e in self.envs:
+            e.close()
+        self.envs.clear()
+
+
+@dataclass
+class CollectStats:
+    """What one :meth:`RayRollouts.collect` call survived."""
+
+    worker_deaths: int = 0
+    retried_groups: int = 0
+    dropped_groups: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {f"ray/{k}": float(v) for k, v in self.__dict__.items()}
+
+
+class RayRollouts:
+    """A pool of :class:`RolloutWorker` actors.
+
+    Args:
+        spec: what each worker builds.
+        num_workers: actors to start.
+        address: an existing Ray cluster (``ray://host:10001`` or ``auto``); empty: a local one.
+        max_retries: retries of a group whose worker died.
+        cpus_per_worker: CPUs Ray reserves for each actor.
+    """
+
+    def __init__(
+        self, spec: WorkerSpec, num_workers: int, *, address: str = "", max_retries: int = 2, cpus_per_worker: float = 1
+    ):
+        import ray
+
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
+        self.spec, self.max_retries, self.cpus = spec, max_retries, cpus_per_worker
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            kwargs: dict[str, Any] = {"address": address} if address else {"num_cpus": max(2, num_workers)}
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **kwargs)
+        self._actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RolloutWorker)
+        self._state_ref: Any = None
+        self.version = 0
+        self.actors = [self._spawn(i) for i in range(num_workers)]
+        ray.get([a.ping.remote() for a in self.actors])
+
+    def _spawn(self, index: int) -> Any:
+        actor: Any = self._actor_cls.remote(self.spec, index)
+        if self._state_ref is not None or self.version:
+            actor.set_weights.remote(self._state_ref, self.version)
+        return actor
+
+    def publish(self, state: Any, version: int) -> None:
+        """Send new weights (``None`` for vLLM policies) to every worker; waits for all of them."""
+        import ray
+
+        self._state_ref = ray.put(state) if state is not None else None
+        self.version = version
+        refs = [a.set_weights.remote(self._state_ref, version) for a in self.actors]
+        for i, ref in enumerate(refs):
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                self.actors[i] = self._spawn(i)
+
+    def collect(
+        self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
+    ) -> tuple[list[list[Trajectory]], CollectStats]:
+        """Play every ``(task_id, seeds)`` group; returns the groups that finished, in order."""
+        import ray
+
+        stats = CollectStats()
+        pending = list(range(len(groups)))[::-1]
+        tries = [0] * len(groups)
+        results: dict[int, list[Trajectory]] = {}
+        running: dict[Any, tuple[int, int]] = {}
+        free = list(range(len(self.actors)))
+        while pending or running:
+            while pending and free:
+                g, w = pending.pop(), free.pop()
+                task_id, seeds = groups[g]
+                ref = self.actors[w].play.remote(task_id, list(seeds), sampling, max_context_tokens)
+                running[ref] = (g, w)
+            done, _ = ray.wait(list(running), num_returns=1)
+            g, w = running.pop(done[0])
+            try:
+                results[g] = ray.get(done[0])
+            except ray.exceptions.RayActorError:
+                stats.worker_deaths += 1
+                self.actors[w] = self._spawn(w)
+                self._retry(g, tries, pending, stats)
+            except ray.exceptions.RayTaskError as exc:
+                from envs.errors import InfraError
+
+                if not isinstance(exc.as_instanceof_cause(), InfraError):
+                    raise
+                self._retry(g, tries, pending, stats)
+            free.append(w)
+        return [results[g] for g in sorted(results)], stats
+
+    def _retry(self, g: int, tries: list[int], pending: list[int], stats: CollectStats) -> None:
+        tries[g] += 1
+        if tries[g] <= self.max_retries:
+            stats.retried_groups += 1
+            pending.append(g)
+        else:
+            stats.dropped_groups += 1
+
+    def kill_worker(self, index: int) -> None:
+        """Kill one actor (tests and chaos drills); the next collect replaces it."""
+        import ray
+
+        ray.kill(self.actors[index], no_restart=True)
+
+    def close(self) -> None:
+        """Stop the actors (and the local Ray cluster this pool started); idempotent."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self.actors = []
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> RayRollouts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,120 @@
+"""``train-agent --backend ray`` / ``--policy vllm:<url>``: the training loop with remote rollouts.
+
+The maths and the learner are the in-process trainer's (:func:`training.trainer.learner_step`,
+:func:`training.batch.build_batch`, the same task and seed schedule): only where episodes are
+played changes. Rollouts run on :class:`training.distributed.RayRollouts` workers (or in this
+process for ``--backend local``), sampling from published ``hf:`` weights or from vLLM servers
+that reload the learner's weights after every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from agents.policy import SamplingParams
+from agents.rollout import Trajectory
+from envs.errors import ConfigError
+from training.config import TrainConfig
+from training.distributed import CollectStats, RayRollouts, RolloutWorker, WorkerSpec
+
+
+class LocalRollouts:
+    """The :class:`RayRollouts` interface in this process (one worker, no Ray)."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.worker = RolloutWorker(spec, 0)
+
+    def publish(self, state: Any, version: int) -> None:
+        self.worker.set_weights(state, version)
+
+    def collect(
+        self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
+    ) -> tuple[list[list[Trajectory]], CollectStats]:
+        return [self.worker.play(t, s, sampling, max_context_tokens) for t, s in groups], CollectStats()
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def worker_spec(cfg: TrainConfig) -> WorkerSpec:
+    """What each rollout worker builds for ``cfg``."""
+    return WorkerSpec(
+        env_id=cfg.env,
+        env_kwargs=cfg.env_kwargs_dict,
+        policy=cfg.policy,
+        tokenizer=cfg.vllm_weights or cfg.policy,
+        imports=cfg.imports,
+        seed=cfg.seed,
+        tools_prompt=cfg.tools_prompt,
+        served_model=cfg.vllm_weights[3:] if cfg.policy.startswith("vllm:") else "policy",
+    )
+
+
+def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig) -> None:
+    """After a learner step: the workers' (or the vLLM servers') weights become the learner's."""
+    if server is None:
+        pool.publish({k: v.detach().clone() for k, v in run.policy.model.state_dict().items()}, run.policy.version)
+        return
+    run.policy.model.save_pretrained(cfg.vllm_weights[3:])
+    server.reload_weights(version=run.policy.version)
+    pool.publish(None, run.policy.version)
+
+
+def train_distributed(cfg: TrainConfig) -> Any:
+    """Train with rollouts on Ray workers and/or vLLM servers; returns the trainer's ``Run``."""
+    from training.batch import Grouping, build_batch
+    from training.metrics import MetricsLog
+    from training.trainer import build_run, checkpoint, learner_step, reward_metrics, step_tasks
+
+    if cfg.algo != "grpo" or cfg.asynchronous.enabled:
+        raise ConfigError("--backend ray / --policy vllm: train with --algo grpo, synchronously, for now.")
+    vllm = cfg.policy.startswith("vllm:")
+    run = build_run(replace(cfg, policy=cfg.vllm_weights) if vllm else cfg)
+    spec = worker_spec(cfg)
+    pool: Any = RayRollouts(spec, cfg.num_workers, address=cfg.ray_address) if cfg.backend == "ray" else None
+    pool = pool or LocalRollouts(spec)
+    server = None
+    if vllm:
+        from agents.vllm import VLLMPolicy
+
+        server = VLLMPolicy(cfg.policy[5:].split(","), run.policy.tokenizer, model=spec.served_model)
+    log = MetricsLog(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
+    try:
+        if server is None:
+            _push_weights(run, pool, None, cfg)
+        else:
+            pool.publish(None, run.policy.version)
+        while run.step < cfg.steps:
+            t0 = time.perf_counter()
+            pairs = step_tasks(cfg, run.train_ids, run.step, cfg.tasks_per_step)
+            groups, stats = pool.collect(
+                [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs],
+                run.sampling,
+                cfg.sampling.max_context_tokens,
+            )
+            trajs = [t for g in groups for t in g]
+            t1 = time.perf_counter()
+            values: dict[str, float] = {**stats.as_metrics(), "rollout_s": t1 - t0}
+            if trajs:
+                grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
+                batch = build_batch(trajs, grouping, cfg.loss, pad_id=run.policy.tokenizer.pad_token_id or 0)
+                temp = cfg.sampling.temperature
+                values.update(
+                    learner_step(run.policy.model, run.optimizer, batch, cfg.loss, ref=run.ref, temperature=temp)
+                )
+                values.update({**reward_metrics(trajs), **batch.stats})
+                run.policy.version += 1
+                _push_weights(run, pool, server, cfg)
+            run.step += 1
+            values["learn_s"] = time.perf_counter() - t1
+            log.log(run.step, values)
+            if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0:
+                checkpoint(run)
+    finally:
+        pool.close()
+    checkpoint(run)
+    log.close()
+    return run
