@@ -94,6 +94,18 @@ def main() -> None:
         f"speed-up async/sync: median {statistics.median(ratios):.2f}x "
         f"(range {min(ratios):.2f}-{max(ratios):.2f}); target >= 2.5x"
     )
+    from result_line import emit, spread  # the machine-readable row for run_all.py
+
+    emit(
+        "async",
+        "async GRPO (staleness 2) wall time",
+        statistics.median(asyn),
+        statistics.median(sync),
+        "the same run, synchronous (staleness 0)",
+        "s",
+        "lower",
+        f"ours {spread(asyn)}, baseline {spread(sync)}",
+    )
 
 
 if __name__ == "__main__":

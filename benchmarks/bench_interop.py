@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from result_line import emit
+
 import envs  # noqa: F401  (import before rewards)
 from agents.export import export_trajectories
 from agents.rollout import Trajectory, TurnRecord
@@ -33,6 +35,10 @@ REPS = 5
 N_COMPLETIONS = 512
 N_TRAJECTORIES = 200
 EXPR = "rule/math_equiv + 0.1*rule/format"
+BASELINES = {  # first word of a row's name -> what its baseline is
+    "trl_rewards": "the same judges called directly on pre-built turns (a lower bound)",
+    "export_trajectories": "json.dumps(traj.to_dict()) per line",
+}
 
 
 def measure(fn: Callable[[], object]) -> tuple[float, float, float]:
@@ -52,6 +58,9 @@ def report(name: str, result: tuple[float, float, float], baseline: tuple[float,
         f"{name:<34} median {med * 1e3:8.2f} ms  [{lo * 1e3:.2f}-{hi * 1e3:.2f}]  "
         f"{unit / med:10.0f}/s  ratio vs baseline {med / baseline[0]:5.2f}x"
     )
+    if result is not baseline:
+        spread = f"ours {lo * 1e3:.3g}-{hi * 1e3:.3g}, baseline {baseline[1] * 1e3:.3g}-{baseline[2] * 1e3:.3g}"
+        emit("interop", name, med * 1e3, baseline[0] * 1e3, BASELINES[name.split(" ")[0]], "ms", "lower", spread)
 
 
 def bench_rewards() -> None:

@@ -13,6 +13,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from result_line import emit, spread
+
 from envs.parsing import parse_action
 from envs.tasks import Task
 from rewards.guards import check
@@ -59,8 +61,20 @@ def main() -> None:
         par = LLMJudge(base_url=server.base_url, concurrency=8, cache_size=0)
         cached = LLMJudge(base_url=server.base_url, concurrency=8)
         print(f"batch of {BATCH} turns, fake server latency {DELAY_S * 1000:.0f} ms/request, {REPS} reps")
-        base = report("llm/turn, concurrency=1 (baseline)", measure(lambda r: score_batch(seq, turns(f"s{r}"))))
-        report("llm/turn, concurrency=8", measure(lambda r: score_batch(par, turns(f"p{r}"))), base)
+        seq_times = measure(lambda r: score_batch(seq, turns(f"s{r}")))
+        base = report("llm/turn, concurrency=1 (baseline)", seq_times)
+        par_times = measure(lambda r: score_batch(par, turns(f"p{r}")))
+        conc = report("llm/turn, concurrency=8", par_times, base)
+        emit(
+            "rewards",
+            f"LLM judge batch of {BATCH}, concurrency 8",
+            conc * 1e3,
+            statistics.median(seq_times) * 1e3,
+            "same client, one request at a time",
+            "ms",
+            "lower",
+            f"ours {spread([t * 1e3 for t in par_times])}, baseline {spread([t * 1e3 for t in seq_times])}",
+        )
         fixed = turns("cached")
         score_batch(cached, fixed)
         report("llm/turn, all cache hits", measure(lambda r: score_batch(cached, fixed)), base)

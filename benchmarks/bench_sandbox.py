@@ -18,6 +18,8 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from result_line import emit
+
 from envs.code_tasks import load_humaneval
 from rewards.unit_tests import build_program, run_tests
 from sandbox.pool import WarmPool
@@ -90,6 +92,26 @@ def main() -> None:
     print(f"\nexecutions/s of print(1) with {cores} threads busy:")
     for name, rate in tput.items():
         print(f"{name:<16} {rate:>8.1f}/s  ({rate / tput['bare python -c']:.2f}x bare)")
+    by_key = {(name, prog): times for name, prog, times in rows}
+    for name, prog, times in rows[1:]:
+        base_name, base_times = ("bare python -c", rows[0][2]) if prog == "print(1)" else ("process", [])
+        base_times = base_times or by_key.get(("process", prog), [])
+        if name == base_name or not base_times:
+            continue
+        emit(
+            "sandbox",
+            f"{prog} latency, {name}",
+            stats(times)[0] * 1e3,
+            stats(base_times)[0] * 1e3,
+            f"{base_name} (same program, unsandboxed)",
+            "ms",
+            "lower",
+            f"p95 ours {stats(times)[1] * 1e3:.1f}, baseline {stats(base_times)[1] * 1e3:.1f}",
+        )
+    for name, rate in tput.items():
+        if name != "bare python -c":
+            bare_rate = tput["bare python -c"]
+            emit("sandbox", f"print(1) throughput, {name}", rate, bare_rate, "bare python -c", "exec/s", "higher")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from result_line import emit, spread
+
 from envs.parsing import format_tool_call
 from envs.search import SearchEnv
 from envs.search_index import BM25Index, Passage, write_corpus
@@ -149,12 +151,20 @@ def main() -> None:
 
     b_build, b_times, b_ids = _bm25s(passages, queries, args.reps)
     base = _row("bm25s", b_build, b_times, len(queries), None)
-    _row("prm bm25", build, ours_times, len(queries), base)
+    mine = _row("prm bm25", build, ours_times, len(queries), base)
+    qps = lambda times: spread([len(queries) / t for t in times])  # noqa: E731
+    spreads = f"ours {qps(ours_times)}, bm25s {qps(b_times)}"
+    emit("search", "BM25 queries/s, k=10", mine, base, "bm25s (lucene BM25, same corpus)", "q/s", "higher", spreads)
+    emit("search", "BM25 index build", build, b_build, "bm25s (same corpus)", "s", "lower", "one build each")
     with tempfile.TemporaryDirectory() as tmp:
         got = _pyserini(passages, queries, args.reps, Path(tmp))
         if got:
-            _row("pyserini", got[0], got[1], len(queries), base)
+            theirs = _row("pyserini", got[0], got[1], len(queries), base)
             print(f"\ntop-10 overlap with pyserini: {_overlap(ours, got[2]):.3f}")
+            spreads = f"ours {qps(ours_times)}, pyserini {qps(got[1])}"
+            emit(
+                "search", "BM25 queries/s, k=10 (vs Lucene)", mine, theirs, "pyserini/Lucene", "q/s", "higher", spreads
+            )
     print(f"top-10 overlap with bm25s:    {_overlap(ours, b_ids):.3f}")
     hit = statistics.mean(
         t.meta["gold_ids"][0] in ids

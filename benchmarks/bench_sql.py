@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -26,6 +27,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from result_line import emit, spread
 
 from envs.parsing import format_answer, parse_action
 from envs.sql_tasks import generate_sql_tasks
@@ -86,11 +89,11 @@ def timed(fn: object, reps: int) -> list[float]:
     return times
 
 
-def report(name: str, n: int, times: list[float]) -> float:
+def report(name: str, n: int, times: list[float]) -> tuple[float, str]:
     rates = [n / t for t in times]
     med = statistics.median(rates)
     print(f"{name:<40} {med:>10.0f} checks/s  (min {min(rates):.0f}, max {max(rates):.0f}, {len(times)} reps)")
-    return med
+    return med, spread(rates)
 
 
 def agreement(cases: list[tuple[Task, str]], turns: list[Turn], skyrl_python: str, tmp: Path) -> None:
@@ -111,16 +114,31 @@ def agreement(cases: list[tuple[Task, str]], turns: list[Turn], skyrl_python: st
         ours = [v.score for v in ExecutionMatchJudge(mode=mode).score(turns)]
         diff = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
         print(f"agreement with skyrl-gym, mode={mode:<8}: {len(cases) - len(diff)}/{len(cases)} cases agree")
+        emit(
+            "sql",
+            f"reward agreement with skyrl-gym SQL reward, mode={mode}",
+            len(cases) - len(diff),
+            len(cases),
+            "all cases (skyrl-gym calculate_reward_single verdicts)",
+            "cases agreeing",
+            "higher",
+            note="multiset differs by design on duplicates/ORDER BY" if mode == "multiset" else "",
+        )
         for i in diff[:3]:
             print(f"    e.g. ours={ours[i]} skyrl={theirs[i]}  gold={cases[i][0].answer!r}  pred={cases[i][1]!r}")
     print(f"skyrl-gym calculate_reward_single: {len(cases) / skyrl_s:.0f} checks/s (one run, incl. interpreter start)")
+
+
+def _default_skyrl() -> str:
+    path = Path("/tmp/skyrl-venv/bin/python")
+    return str(path) if path.exists() else ""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--skyrl-python", default="")
+    ap.add_argument("--skyrl-python", default=os.environ.get("SKYRL_PYTHON", _default_skyrl()))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmpdir:
         tmp = Path(tmpdir)
@@ -136,7 +154,17 @@ def main() -> None:
             len(cases),
             timed(lambda: [baseline_check(str(t.meta["db_path"]), str(t.answer), p) for t, p in cases], args.reps),
         )
-        print(f"ratio ours / baseline: {ours / base:.1f}x")
+        print(f"ratio ours / baseline: {ours[0] / base[0]:.1f}x")
+        emit(
+            "sql",
+            "execution-match checks",
+            ours[0],
+            base[0],
+            "fresh connection + set compare per check (skyrl-gym's approach)",
+            "checks/s",
+            "higher",
+            f"ours {ours[1]}, baseline {base[1]}",
+        )
         if args.skyrl_python:
             shutil.copytree(tmp / "dbs", tmp / "skyrl-dbs")  # skyrl opens databases read-write
             sk_cases = [

@@ -1,8 +1,11 @@
 """Run every benchmark script in this folder and write docs/benchmarks.md.
 
-Each ``bench_*.py`` measures the suite against a baseline in the same run and prints its own
-table; this runner records the machine, runs them one after another (never in parallel, so they
-do not disturb each other), and collects their output with timings and exit codes.
+Each ``bench_*.py`` measures the suite against a baseline in the same run, prints its own table
+and one ``RESULT {...}`` JSON line per comparison row (see ``benchmarks/result_line.py``). This
+runner records the machine (and its load), runs the scripts one after another (never in parallel,
+so they do not disturb each other), gathers every ``RESULT`` line into ONE summary table at the top
+of the page (ratio, raw numbers, what the baseline is), lists the rows that could not be run with
+the reason, and pastes each script's raw output below.
 
     python benchmarks/run_all.py [--only sql,search] [--out docs/benchmarks.md]
 """
@@ -16,6 +19,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from result_line import parse
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,6 +43,52 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
 
 
+def load() -> str:
+    """The 1/5/15-minute load averages, so a reader can judge how busy the machine was."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return "-"
+    x = float(x)
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def summary(results: list[dict[str, Any]], failures: list[tuple[str, str]]) -> list[str]:
+    """The markdown summary table of every measured row, then the rows that could not be run."""
+    lines = [
+        "## Summary",
+        "",
+        "Ratio = how many times better the suite is than the baseline on that row (ours/baseline when",
+        "higher is better, baseline/ours when lower is better): above 1 the suite wins. Raw numbers are",
+        "medians over the repetitions; spread is min-max over the repetitions.",
+        "",
+        "| bench | row | ratio | ours | baseline | unit | baseline is | spread |",
+        "|---|---|---:|---:|---:|---|---|---|",
+    ]
+    measured = [r for r in results if not r.get("skipped")]
+    for r in measured:
+        ratio = "-" if r.get("ratio") is None else f"**{float(r['ratio']):.2f}x**"
+        better = f" ({r['better']} is better)" if r.get("better") else ""
+        note = f"; {r['note']}" if r.get("note") else ""
+        lines.append(
+            f"| {r.get('bench', '?')} | {r['row']} | {ratio} | {_num(r.get('ours'))} | {_num(r.get('baseline'))} "
+            f"| {r.get('unit', '')}{better} | {r.get('baseline_name', '')}{note} | {r.get('spread', '')} |"
+        )
+    rest = [r for r in results if r.get("skipped")]
+    if rest or failures:
+        lines += ["", "Rows that could not be run:", ""]
+        for r in rest:
+            lines.append(f"- {r.get('bench', '?')} / {r['row']} vs {r.get('baseline_name', '?')}: {r['skipped']}")
+        lines += [f"- {name}: {why}" for name, why in failures]
+    return [*lines, ""]
+
+
 def run(script: Path, timeout_s: float) -> tuple[int, float, str]:
     start = time.perf_counter()
     try:
@@ -45,7 +97,8 @@ def run(script: Path, timeout_s: float) -> tuple[int, float, str]:
         )
         code, out = proc.returncode, proc.stdout + (f"\n[stderr]\n{proc.stderr[-2000:]}" if proc.returncode else "")
     except subprocess.TimeoutExpired as exc:
-        code, out = 124, f"timed out after {timeout_s:.0f}s\n{exc.stdout or ''}"
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        code, out = 124, f"timed out after {timeout_s:.0f}s\n{partial}"
     return code, time.perf_counter() - start, out
 
 
@@ -60,25 +113,43 @@ def main() -> int:
     if not scripts:
         print(f"no benchmark matches --only {args.only!r}", file=sys.stderr)
         return 2
-    lines = [
+    head = [
         "# Benchmarks",
         "",
+        "Regenerate with `make bench` (or `python benchmarks/run_all.py`).",
+        "",
         f"Machine: {machine()}.",
+        f"Load average before the run: {load()}.",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
+        "Every ratio is against a baseline measured in the same run of the same script.",
+        "",
     ]
-    lines += ["Every ratio below is against a baseline measured in the same run of the same script.", ""]
-    failed = 0
+    body: list[str] = ["## Raw output", ""]
+    results: list[dict[str, Any]] = []
+    failures: list[tuple[str, str]] = []
     for script in scripts:
         print(f"running {script.name} ...", flush=True)
         code, seconds, out = run(script, args.timeout)
-        failed += code != 0
+        name = script.stem.removeprefix("bench_")
+        found = parse(out)
+        for r in found:
+            r.setdefault("bench", name)
+        results += found
+        if code != 0:
+            tail = next((ln for ln in reversed(out.strip().splitlines()) if ln.strip()), "no output")
+            failures.append((script.name, f"exit {code} ({tail.strip()[:200]}); rows it did not print are missing"))
+        elif not found:
+            failures.append((script.name, "printed no RESULT line"))
         status = "ok" if code == 0 else f"exit {code}"
-        lines += [f"## {script.stem.removeprefix('bench_')}", "", f"`{script.name}`: {status}, {seconds:.0f} s.", ""]
-        lines += ["```", out.rstrip(), "```", ""]
+        raw = "\n".join(ln for ln in out.rstrip().splitlines() if not ln.startswith("RESULT "))
+        body += [f"### {name}", "", f"`{script.name}`: {status}, {seconds:.0f} s.", ""]
+        body += ["```", raw, "```", ""]
         print(out.rstrip())
+    failed = sum(1 for _, why in failures if why.startswith("exit"))
+    head[5] += f" Load average after: {load()}."
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    Path(args.out).write_text("\n".join(head + summary(results, failures) + body) + "\n")
     print(f"wrote {args.out} ({len(scripts)} scripts, {failed} failed)")
     return 1 if failed else 0
 
