@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import json
 import math
 import threading
 import time
@@ -41,6 +42,8 @@ from rewards.types import Turn, Verdict
 
 #: The most characters one observation may hold.
 MAX_OBS_CHARS = 1 << 20
+#: The most judge verdicts memoised per env (and its forks), oldest evicted first.
+MAX_MEMO = 65_536
 _RESPONSE_TAGS = ("<tool_response>", "</tool_response>")
 
 
@@ -103,6 +106,7 @@ class ToolEnv(gym.Env[str, str]):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}.")
         self.tasks = tasks
         self.tools = {t.name: t for t in tools}
+        self._schemas_json = json.dumps([t.schema for t in self.tools.values()])
         self.judge_spec = parse_judge_spec(judge)
         kw = judge_kwargs or {}
         self.judges: list[tuple[float, Judge | AsyncJudge]] = [
@@ -117,7 +121,7 @@ class ToolEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_chars)
         self.observation_space = UnicodeText(MAX_OBS_CHARS)
-        self._verdicts: dict[tuple[str, str], Verdict] = {}
+        self._verdicts: dict[tuple[str, str | None], Verdict] = {}
         self._task: Task | None = None
         self._done = True
         self._closed = False
@@ -157,7 +161,7 @@ class ToolEnv(gym.Env[str, str]):
             raise gym.error.Error("reset() on a closed env; make a new one.")
         opts = dict(options or {})
         task = self.tasks.get(opts["task_id"]) if "task_id" in opts else self.tasks.sample(self.np_random)
-        self._episode_rng_state = dict(copy.deepcopy(self.np_random.bit_generator.state))
+        self._episode_rng_state = dict(self.np_random.bit_generator.state)  # a fresh dict per call
         return self._begin(task)
 
     def _begin(self, task: Task) -> tuple[str, dict[str, Any]]:
@@ -166,7 +170,7 @@ class ToolEnv(gym.Env[str, str]):
         self._actions, self._history = [], []
         self.start_episode(task)
         obs = cap_text(self.prompt(task), MAX_OBS_CHARS)
-        return obs, {"task_id": task.id, "turn": 0, "tools": self.tool_schemas}
+        return obs, {"task_id": task.id, "turn": 0, "tools": json.loads(self._schemas_json)}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._task is None or self._done:
@@ -290,17 +294,21 @@ class ToolEnv(gym.Env[str, str]):
         terms = dict.fromkeys(self.reward_terms, 0.0)
         info: dict[str, dict[str, Any]] = {}
         failed = False
-        key = turn.content_hash()
+        key: str | None = None
         for weight, judge in self.judges:
             if judge.scope == "final" and not turn.final:
                 continue
+            memo = getattr(judge, "memoize", True)  # cheap deterministic judges opt out
             try:
-                verdict = self._verdicts.get((judge.name, key))
+                if memo and key is None:
+                    key = turn.content_hash()
+                verdict = self._verdicts.get((judge.name, key)) if memo else None
                 if verdict is None:
                     verdict = score_batch(judge, [turn])[0]
                     if not math.isfinite(verdict.score):
                         raise JudgeError(f"{judge.name} returned a non-finite score {verdict.score!r}")
-                    self._verdicts[(judge.name, key)] = verdict
+                    if memo:
+                        self._remember((judge.name, key), verdict)
             except Exception as exc:  # a judge failure is infrastructure, never the agent's score
                 failed = True
                 info[judge.name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -308,6 +316,12 @@ class ToolEnv(gym.Env[str, str]):
             terms[judge.term] += weight * verdict.score
             info[judge.name] = verdict.as_info()
         return terms, info, failed
+
+    def _remember(self, key: tuple[str, str | None], verdict: Verdict) -> None:
+        """Memoise a verdict, evicting the oldest beyond :data:`MAX_MEMO` entries."""
+        self._verdicts[key] = verdict
+        if len(self._verdicts) > MAX_MEMO:
+            del self._verdicts[next(iter(self._verdicts))]
 
 
 async def _await(awaitable: Any) -> Any:

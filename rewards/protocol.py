@@ -23,6 +23,9 @@ class Judge(Protocol):
             the env reports it as ``info["reward_<term>"]``.
         scope: ``"turn"`` to score every turn, ``"final"`` to score only the turn that ends the
             task (an answer was submitted).
+        memoize (optional, default True): whether envs memoise this judge's verdicts by the
+            turn's content hash (so forked episodes replay without new calls); cheap
+            deterministic judges set it False.
 
     ``score`` returns one :class:`Verdict` per turn, in order, and raises
     :class:`envs.errors.JudgeError` when it cannot judge (never a silent 0.0).
@@ -74,6 +77,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 def score_batch(judge: Judge | AsyncJudge, turns: Sequence[Turn]) -> list[Verdict]:
     """Score with either kind of judge from synchronous code (inside a running loop too)."""
-    if isinstance(judge, Judge):
-        return judge.score(turns)
-    return run_sync(judge.ascore(turns))
+    score = getattr(judge, "score", None)  # not isinstance(): runtime Protocol checks are slow
+    if callable(score):
+        return list(score(turns))
+    return run_sync(judge.ascore(turns))  # type: ignore[union-attr]

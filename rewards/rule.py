@@ -104,6 +104,7 @@ class _RuleJudge:
     name = "rule/base"
     term = "outcome"
     scope = "final"
+    memoize = False  # cheap and deterministic: recomputing beats hashing the turn
 
     def score(self, turns: Sequence[Turn]) -> list[Verdict]:
         return [self.score_one(t) for t in turns]
