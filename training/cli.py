@@ -72,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PRMError as exc:
         print(f"train-agent: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # The loop's finally blocks have closed envs, sandboxes and servers by now; the last
+        # checkpoint on disk is intact (writes are atomic), so --resume continues from it.
+        print("train-agent: interrupted; resume with --resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
