@@ -38,6 +38,11 @@ BUILTIN_JUDGES: dict[str, str] = {
     "prm/implicit": "rewards.implicit:ImplicitPRM",
     "progress/info_gain": "rewards.progress:InfoGainJudge",
     "progress/mc": "rewards.progress:MonteCarloProgressJudge",
+    "tool/format": "rewards.tool_use:ToolFormatJudge",
+    "tool/name": "rewards.tool_use:ToolNameJudge",
+    "tool/params": "rewards.tool_use:ToolParamsJudge",
+    "tool/values": "rewards.tool_use:ToolValuesJudge",
+    "tool/efficiency": "rewards.tool_use:ToolEfficiencyJudge",
 }
 
 _registry: dict[str, JudgeFactory] = {}

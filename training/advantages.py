@@ -56,6 +56,25 @@ def group_advantages(
     return torch.where(keep, adv, torch.zeros_like(adv)).float()
 
 
+def batch_std_advantages(rewards: Tensor, groups: Tensor, valid: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """Group-mean centred returns divided by the std of the centred returns over the whole batch.
+
+    The "Lite PPO" normalisation (Liu et al. 2025, *Tricks or Traps? A Deep Dive into RL for LLM
+    Reasoning*): the group mean is the baseline, but the scale is one batch-level std, so a
+    near-constant group is not blown up by its own tiny std.
+
+    Args:
+        rewards, groups, valid: as in :func:`group_advantages`.
+        eps: added to the std.
+    """
+    centred = group_advantages(rewards, groups, valid, scale_by_std=False).to(torch.float64)
+    valid = torch.ones_like(centred, dtype=torch.bool) if valid is None else valid.bool()
+    if int(valid.sum()) < 2:
+        return centred.float()
+    std = centred[valid].std(unbiased=True)
+    return (centred / (std + eps)).float()
+
+
 def reward_to_go(rewards: Tensor, turn_mask: Tensor, gamma: float = 1.0) -> Tensor:
     """``G_t = r_t + gamma * G_{t+1}`` along the last dim, counting only masked turns.
 

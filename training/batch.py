@@ -5,6 +5,10 @@ The reward of each turn is split into an *outcome* part (the terms named in
 and a *process* part (every other term, credited turn by turn through reward-to-go).
 Trajectories with an ``infra_error`` turn are excluded from the statistics and the loss, and
 groups left with fewer than two valid members are excluded whole; both are counted.
+
+Before advantages, :func:`shaped_returns` applies the env judge expression's combination options
+(``credit``/``gate``/``norm``/``clip`` after ``;``, per group, :mod:`training.shaping`) and DAPO's
+overlong penalty; ``LossConfig.std_scope="batch"`` selects Lite PPO's batch-level std.
 """
 
 from __future__ import annotations
@@ -16,8 +20,16 @@ import torch
 from torch import Tensor
 
 from agents.rollout import Trajectory
-from training.advantages import group_advantages, spread_to_tokens, tree_advantages, turn_advantages
+from rewards.combine import CombineConfig
+from training.advantages import (
+    batch_std_advantages,
+    group_advantages,
+    spread_to_tokens,
+    tree_advantages,
+    turn_advantages,
+)
 from training.config import LossConfig
+from training.shaping import combined_returns, is_active, overlong_penalty
 
 
 @dataclass
@@ -61,12 +73,45 @@ class Grouping:
     trees: list[int] | None = None
 
 
-def compute_advantages(
-    trajs: Sequence[Trajectory], grouping: Grouping, cfg: LossConfig
-) -> tuple[Tensor, Tensor, dict[str, float]]:
-    """``(turn_adv (N, T), valid (N,), stats)`` for trajectories grouped by ``grouping``."""
-    n = len(trajs)
+def shaped_returns(
+    trajs: Sequence[Trajectory],
+    grouping: Grouping,
+    cfg: LossConfig,
+    combine: CombineConfig | None = None,
+    max_new_tokens: int | None = None,
+) -> list[tuple[float, list[float]]]:
+    """Per trajectory ``(outcome return, per-turn process rewards)`` after all reward shaping.
+
+    The judge expression's combination options (``combine``) are applied per group first, then
+    the overlong penalty (when ``cfg.overlong_buffer > 0`` and ``max_new_tokens`` is given) is
+    added to the outcome return.
+    """
     split = [outcome_and_process(t, cfg.outcome_terms) for t in trajs]
+    if is_active(combine):
+        assert combine is not None
+        outs, procs = combined_returns([o for o, _ in split], [p for _, p in split], grouping.groups, combine)
+        split = list(zip(outs, procs, strict=True))
+    if cfg.overlong_buffer > 0 and max_new_tokens is not None:
+        split = [
+            (o + overlong_penalty(t, max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty), p)
+            for t, (o, p) in zip(trajs, split, strict=True)
+        ]
+    return split
+
+
+def compute_advantages(
+    trajs: Sequence[Trajectory],
+    grouping: Grouping,
+    cfg: LossConfig,
+    combine: CombineConfig | None = None,
+    max_new_tokens: int | None = None,
+) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """``(turn_adv (N, T), valid (N,), stats)`` for trajectories grouped by ``grouping``.
+
+    ``combine`` and ``max_new_tokens`` enable the shaping of :func:`shaped_returns`.
+    """
+    n = len(trajs)
+    split = shaped_returns(trajs, grouping, cfg, combine, max_new_tokens)
     outcome = torch.tensor([o for o, _ in split], dtype=torch.float64)
     groups = torch.tensor(grouping.groups, dtype=torch.long)
     valid = torch.tensor([not t.infra_error for t in trajs], dtype=torch.bool)
@@ -78,6 +123,8 @@ def compute_advantages(
     if grouping.trees is not None:
         trees = torch.tensor(grouping.trees, dtype=torch.long)
         out_adv = tree_advantages(outcome, trees, groups, valid, scale_by_std=cfg.scale_by_std)
+    elif cfg.std_scope == "batch":
+        out_adv = batch_std_advantages(outcome, groups, valid)
     else:
         out_adv = group_advantages(outcome, groups, valid, scale_by_std=cfg.scale_by_std)
     width = max((len(t.turns) for t in trajs), default=0)
@@ -104,9 +151,25 @@ def compute_advantages(
     return turn_adv, valid, stats
 
 
-def build_batch(trajs: Sequence[Trajectory], grouping: Grouping, cfg: LossConfig, pad_id: int = 0) -> Batch:
-    """Pad ``trajs`` into a :class:`Batch` with per-token advantages; excluded rows get mask 0."""
-    turn_adv, valid, stats = compute_advantages(trajs, grouping, cfg)
+def build_batch(
+    trajs: Sequence[Trajectory],
+    grouping: Grouping,
+    cfg: LossConfig,
+    pad_id: int = 0,
+    *,
+    combine: CombineConfig | None = None,
+    max_new_tokens: int | None = None,
+) -> Batch:
+    """Pad ``trajs`` into a :class:`Batch` with per-token advantages; excluded rows get mask 0.
+
+    Args:
+        trajs, grouping, cfg: the trajectories, their groups, the loss config.
+        pad_id: the padding token id.
+        combine: the env judge expression's combination options
+            (``env.unwrapped.judge_spec.combine_config()``), applied per group.
+        max_new_tokens: the per-turn sampling limit, for the overlong penalty.
+    """
+    turn_adv, valid, stats = compute_advantages(trajs, grouping, cfg, combine, max_new_tokens)
     length = max(len(t.token_ids) for t in trajs)
     n = len(trajs)
     ids = torch.full((n, length), pad_id, dtype=torch.long)

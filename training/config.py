@@ -61,12 +61,15 @@ class LossConfig:
     scale_by_std: bool = True
     """Divide group-relative advantages by the group's reward std (Dr.GRPO: False)."""
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
-    """How per-token losses become one number: mean over all tokens of the batch, mean over
-    sequences of each sequence's token mean, or mean over sequences of token sums."""
+    """How per-token losses become one number: mean over all tokens of the batch (token-level, DAPO
+    section 3.3, Yu et al. 2025: long responses are not down-weighted), mean over sequences of each
+    sequence's token mean (GRPO's sequence-level), or mean over sequences of token sums (Dr.GRPO)."""
     clip_low: float = 0.2
     """Lower PPO clip: the ratio is clipped at 1 - clip_low."""
     clip_high: float = 0.2
-    """Upper PPO clip: the ratio is clipped at 1 + clip_high (DAPO clip-higher: raise it)."""
+    """Upper PPO clip: the ratio is clipped at 1 + clip_high. DAPO's clip-higher (Yu et al. 2025,
+    section 3.1) raises it to 0.28 so low-probability tokens can grow (against entropy collapse);
+    it only acts when the ratio leaves 1 (updates_per_batch > 1 or stale rollouts)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to a frozen copy of the initial policy (0: no reference)."""
     outcome_terms: tuple[str, ...] = ("outcome",)
@@ -83,6 +86,14 @@ class LossConfig:
     """Sequences per forward/backward pass (gradient accumulation over the batch)."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip (0: none)."""
+    std_scope: Literal["group", "batch"] = "group"
+    """Std that scales outcome advantages: each group's, or the whole batch's after group-mean
+    centring ("Lite PPO", Liu et al. 2025, *Tricks or Traps? A Deep Dive into RL for LLM Reasoning*)."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong punishment (Yu et al. 2025): a turn whose length passes
+    max_new_tokens - overlong_buffer loses up to overlong_penalty, linearly (0: off)."""
+    overlong_penalty: float = 1.0
+    """Largest overlong penalty per turn, reached at max_new_tokens; added to the outcome return."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1, "loss.clip_low", self.clip_low, "use a value in [0, 1)")
@@ -93,6 +104,55 @@ class LossConfig:
         _check(self.updates_per_batch >= 1, "loss.updates_per_batch", self.updates_per_batch, "use >= 1")
         _check(self.micro_batch_size >= 1, "loss.micro_batch_size", self.micro_batch_size, "use >= 1")
         _check(self.max_grad_norm >= 0, "loss.max_grad_norm", self.max_grad_norm, "use >= 0 (0 disables)")
+        _check(self.overlong_buffer >= 0, "loss.overlong_buffer", self.overlong_buffer, "use >= 0 (0 disables)")
+        _check(self.overlong_penalty >= 0, "loss.overlong_penalty", self.overlong_penalty, "use >= 0")
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    """Rollout-side recipes from the agentic-RL literature (all off by default; GRPO, sync only)."""
+
+    dynamic_sampling: Literal["off", "drop", "resample"] = "off"
+    """DAPO dynamic sampling (Yu et al. 2025): drop groups whose trajectories all earned the same
+    rewards (zero advantage), or resample new tasks until the step has tasks_per_step useful groups."""
+    max_resample_rounds: int = 3
+    """With dynamic_sampling=resample: most extra collection rounds per step."""
+    roc_oversample: float = 1.0
+    """GRPO-RoC (rStar2-Agent, Shang et al. 2025): sample group_size * this per task, keep the correct
+    trajectories with the fewest tool/format errors and the failed ones uniformly (1: off)."""
+    success_threshold: float = 1.0
+    """Outcome return that counts as correct (RoC, difficulty filter, curriculum)."""
+    difficulty_filter: bool = False
+    """Online difficulty filtering (Bae et al. 2025, *Online Difficulty Filtering for Reasoning
+    Oriented RL*): skip tasks whose running pass rate is outside [difficulty_low, difficulty_high]."""
+    difficulty_low: float = 0.0
+    """Tasks seen passing at most this often are skipped (too hard)."""
+    difficulty_high: float = 1.0
+    """Tasks seen passing at least this often are skipped (too easy)."""
+    curriculum: bool = False
+    """Adaptive curriculum over task.meta['level'] (per env of a mixture, task.meta['env']): start
+    at the lowest level, unlock the next when the frontier's pass rate reaches curriculum_promote."""
+    curriculum_promote: float = 0.5
+    """Running pass rate of the highest unlocked level that unlocks the next one."""
+    curriculum_target: float = 0.5
+    """Unlocked levels are sampled with weight exp(-|pass_rate - target| / 0.25)."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_resample_rounds >= 1, "recipes.max_resample_rounds", self.max_resample_rounds, "use >= 1")
+        _check(self.roc_oversample >= 1, "recipes.roc_oversample", self.roc_oversample, "use >= 1 (1 disables)")
+        _check(
+            0 <= self.difficulty_low < self.difficulty_high <= 1,
+            "recipes.difficulty_low",
+            (self.difficulty_low, self.difficulty_high),
+            "use 0 <= difficulty_low < difficulty_high <= 1",
+        )
+        _check(0 < self.curriculum_promote <= 1, "recipes.curriculum_promote", self.curriculum_promote, "use (0, 1]")
+        _check(0 <= self.curriculum_target <= 1, "recipes.curriculum_target", self.curriculum_target, "use [0, 1]")
+
+    @property
+    def sampling_active(self) -> bool:
+        """True when a recipe changes which trajectories a step collects."""
+        return self.dynamic_sampling != "off" or self.roc_oversample > 1 or self.difficulty_filter or self.curriculum
 
 
 @dataclass(frozen=True)
@@ -214,6 +274,7 @@ class TrainConfig:
     """Show a live progress bar with reward, staleness and tokens/s."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    recipes: RecipeConfig = field(default_factory=RecipeConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -239,6 +300,18 @@ class TrainConfig:
             "algo",
             self.algo,
             "tree-grpo runs synchronously; drop --asynchronous.enabled or use --algo grpo",
+        )
+        _check(
+            not self.recipes.sampling_active or (self.algo == "grpo" and not self.asynchronous.enabled),
+            "recipes",
+            self.recipes,
+            "dynamic sampling, RoC, difficulty filter and curriculum run with synchronous --algo grpo only",
+        )
+        _check(
+            not self.recipes.sampling_active or (self.backend == "local" and not self.policy.startswith("vllm:")),
+            "recipes",
+            self.recipes,
+            "the rollout recipes run with --backend local and an hf: policy only",
         )
 
     @property

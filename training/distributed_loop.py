@@ -56,7 +56,9 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
 def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig) -> None:
     """After a learner step: the workers' (or the vLLM servers') weights become the learner's."""
     if server is None:
-        pool.publish({k: v.detach().clone() for k, v in run.policy.model.state_dict().items()}, run.policy.version)
+        pool.publish(
+            {k: v.detach().cpu().clone() for k, v in run.policy.model.state_dict().items()}, run.policy.version
+        )
         return
     run.policy.model.save_pretrained(cfg.vllm_weights[3:])
     server.reload_weights(version=run.policy.version)
@@ -66,55 +68,76 @@ def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig) -> None:
 def train_distributed(cfg: TrainConfig) -> Any:
     """Train with rollouts on Ray workers and/or vLLM servers; returns the trainer's ``Run``."""
     from training.batch import Grouping, build_batch
-    from training.metrics import MetricsLog
+    from training.ddp import setup_learner
     from training.trainer import build_run, checkpoint, learner_step, reward_metrics, step_tasks
 
     if cfg.algo != "grpo" or cfg.asynchronous.enabled:
         raise ConfigError("--backend ray / --policy vllm: train with --algo grpo, synchronously, for now.")
     vllm = cfg.policy.startswith("vllm:")
     run = build_run(replace(cfg, policy=cfg.vllm_weights) if vllm else cfg)
+    learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP; rank 0 alone drives rollouts and writes
     spec = worker_spec(cfg)
-    pool: Any = RayRollouts(spec, cfg.num_workers, address=cfg.ray_address) if cfg.backend == "ray" else None
-    pool = pool or LocalRollouts(spec)
+    pool: Any = None
+    if learner.is_main:
+        pool = RayRollouts(spec, cfg.num_workers, address=cfg.ray_address) if cfg.backend == "ray" else None
+        pool = pool or LocalRollouts(spec)
     server = None
-    if vllm:
+    if vllm and learner.is_main:
         from agents.vllm import VLLMPolicy
 
         server = VLLMPolicy(cfg.policy[5:].split(","), run.policy.tokenizer, model=spec.served_model)
-    log = MetricsLog(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
+    log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
     try:
-        if server is None:
+        if pool is not None and server is None:
             _push_weights(run, pool, None, cfg)
-        else:
+        elif pool is not None:
             pool.publish(None, run.policy.version)
         while run.step < cfg.steps:
             t0 = time.perf_counter()
             pairs = step_tasks(cfg, run.train_ids, run.step, cfg.tasks_per_step)
-            groups, stats = pool.collect(
-                [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs],
-                run.sampling,
-                cfg.sampling.max_context_tokens,
+            groups, stats = (
+                pool.collect(
+                    [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs],
+                    run.sampling,
+                    cfg.sampling.max_context_tokens,
+                )
+                if learner.is_main
+                else ([], None)
             )
+            groups, stats = learner.broadcast((groups, stats))
             trajs = [t for g in groups for t in g]
             t1 = time.perf_counter()
             values: dict[str, float] = {**stats.as_metrics(), "rollout_s": t1 - t0}
             if trajs:
                 grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
-                batch = build_batch(trajs, grouping, cfg.loss, pad_id=run.policy.tokenizer.pad_token_id or 0)
+                batch = build_batch(
+                    trajs,
+                    grouping,
+                    cfg.loss,
+                    pad_id=run.policy.tokenizer.pad_token_id or 0,
+                    combine=run.combine,
+                    max_new_tokens=cfg.sampling.max_new_tokens,
+                )
                 temp = cfg.sampling.temperature
                 values.update(
-                    learner_step(run.policy.model, run.optimizer, batch, cfg.loss, ref=run.ref, temperature=temp)
+                    learner_step(
+                        learner.model, run.optimizer, learner.to_device(batch), cfg.loss, ref=run.ref, temperature=temp
+                    )
                 )
                 values.update({**reward_metrics(trajs), **batch.stats})
                 run.policy.version += 1
-                _push_weights(run, pool, server, cfg)
+                if learner.is_main:
+                    _push_weights(run, pool, server, cfg)
             run.step += 1
             values["learn_s"] = time.perf_counter() - t1
             log.log(run.step, values)
-            if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0:
+            if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and learner.is_main:
                 checkpoint(run)
     finally:
-        pool.close()
-    checkpoint(run)
+        if pool is not None:
+            pool.close()
+    if learner.is_main:
+        checkpoint(run)
     log.close()
+    learner.close()
     return run

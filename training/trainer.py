@@ -23,13 +23,16 @@ from agents.hf import HFPolicy
 from agents.policy import SamplingParams
 from agents.rollout import Trajectory, rollout
 from envs.errors import ConfigError
+from rewards.combine import CombineConfig
 from training.asyncrl import AsyncCollector, StalenessReport
 from training.batch import Batch, Grouping, build_batch
 from training.checkpoint import load_checkpoint, model_state, save_checkpoint
 from training.config import LossConfig, TrainConfig
+from training.ddp import rank_chunks, reduce_stats, setup_learner
 from training.evaluation import evaluate
 from training.losses import policy_loss, token_logprobs, truncated_is_weights
-from training.metrics import MetricsLog, Progress, plot_metrics
+from training.metrics import Progress, plot_metrics
+from training.recipe_loop import collect_recipes, make_tracker
 from training.tree import sample_trees
 
 
@@ -62,6 +65,8 @@ class Run:
     make_env: Callable[[], gym.Env]
     train_ids: list[str]
     step: int = 0
+    combine: CombineConfig | None = None
+    """The env judge expression's combination options (after ';'), applied per group."""
 
     @property
     def sampling(self) -> SamplingParams:
@@ -79,9 +84,11 @@ def build_run(cfg: TrainConfig) -> Run:
     make_env = env_factory(cfg.env, cfg.env_kwargs_dict)
     probe = make_env()
     train_ids = task_ids_of(probe, "env")
+    spec = getattr(probe.unwrapped, "judge_spec", None)
+    combine = spec.combine_config() if spec is not None else None
     probe.close()
     chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt)
-    run = Run(cfg, policy, optimizer, ref, chat, make_env, train_ids)
+    run = Run(cfg, policy, optimizer, ref, chat, make_env, train_ids, combine=combine)
     if cfg.resume:
         state = load_checkpoint(cfg.output_dir)
         policy.model.load_state_dict(state["model"])
@@ -164,19 +171,19 @@ def learner_step(
     if not rows:
         return {"loss": 0.0, "trained_rows": 0.0}
     model.train()
-    chunks = [rows[i : i + cfg.micro_batch_size] for i in range(0, len(rows), cfg.micro_batch_size)]
+    chunks = rank_chunks(model, rows, cfg.micro_batch_size)  # (this rank's rows, loss weight); all, 1 in one process
     total_tok = float(batch.loss_mask[rows].sum())
     proximal: dict[int, torch.Tensor] = {}
     if cfg.updates_per_batch > 1:
         with torch.no_grad():
-            for c in chunks:
+            for c, _ in chunks:
                 ids, attn, _ = _slice(batch, c)
                 proximal[c[0]] = _micro_logprobs(model, ids, attn, temperature)
     stats: dict[str, float] = {}
     for _ in range(cfg.updates_per_batch):
         optimizer.zero_grad(set_to_none=True)
         stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "is_weight": 0.0}
-        for c in chunks:
+        for c, weight in chunks:
             ids, attn, width = _slice(batch, c)
             mask = batch.loss_mask[c, :width]
             lp = _micro_logprobs(model, ids, attn, temperature)
@@ -198,12 +205,13 @@ def learner_step(
                 kl_coef=cfg.kl_coef,
                 aggregation=cfg.aggregation,
             )
-            share = float(mask.sum()) / total_tok if cfg.aggregation == "token-mean" else len(c) / len(rows)
+            share = (float(mask.sum()) / total_tok if cfg.aggregation == "token-mean" else len(c) / len(rows)) * weight
             (loss * share).backward()
             stats["loss"] += float(loss.detach()) * share
             for k in ("clip_frac", "kl"):
                 stats[k] += st[k] * share
-            stats["is_weight"] += float((isw * mask).sum()) / total_tok
+            stats["is_weight"] += float((isw * mask).sum()) / total_tok * weight
+        stats = reduce_stats(model, stats)
         if cfg.max_grad_norm > 0:
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
         optimizer.step()
@@ -259,12 +267,14 @@ def _make_collector(run: Run) -> AsyncCollector:
 def train(cfg: TrainConfig) -> Run:
     """Train with ``cfg``; metrics, plots, checkpoints and eval results go to ``cfg.output_dir``."""
     run = build_run(cfg)
-    log = MetricsLog(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
-    if not cfg.resume:
+    learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP; rank 0 alone logs and writes
+    log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
+    if not cfg.resume and learner.is_main:
         log.log(0, {f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
     collector = _make_collector(run) if cfg.asynchronous.enabled else None
     envs = [run.make_env() for _ in range(cfg.group_size * cfg.tasks_per_step)]
-    bar = Progress(cfg.steps, initial=run.step, enabled=cfg.progress)
+    tracker = make_tracker(run)
+    bar = Progress(cfg.steps, initial=run.step, enabled=cfg.progress and learner.is_main)
     try:
         while run.step < cfg.steps:
             t0 = time.perf_counter()
@@ -274,12 +284,27 @@ def train(cfg: TrainConfig) -> Run:
                 trajs = [t for g in groups for t in g]
                 grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
                 extra = {"generated_tokens": float(sum(t.num_generated_tokens for t in trajs))}
+            elif cfg.recipes.sampling_active:
+                trajs, grouping, extra = collect_recipes(run, envs, tracker)
             else:
                 trajs, grouping, extra = collect_sync(run, envs)
+            trajs, grouping, extra = learner.broadcast((trajs, grouping, extra))
             t1 = time.perf_counter()
-            batch = build_batch(trajs, grouping, cfg.loss, pad_id=run.policy.tokenizer.pad_token_id or 0)
+            batch = build_batch(
+                trajs,
+                grouping,
+                cfg.loss,
+                pad_id=run.policy.tokenizer.pad_token_id or 0,
+                combine=run.combine,
+                max_new_tokens=cfg.sampling.max_new_tokens,
+            )
             stats = learner_step(
-                run.policy.model, run.optimizer, batch, cfg.loss, ref=run.ref, temperature=cfg.sampling.temperature
+                learner.model,
+                run.optimizer,
+                learner.to_device(batch),
+                cfg.loss,
+                ref=run.ref,
+                temperature=cfg.sampling.temperature,
             )
             run.step += 1
             run.policy.version += 1
@@ -298,11 +323,11 @@ def train(cfg: TrainConfig) -> Run:
                 "tokens_per_s": batch.num_tokens / max(t2 - t0, 1e-9),
                 "gen_tokens_per_traj": extra["generated_tokens"] / max(len(trajs), 1),
             }
-            if cfg.eval.every and run.step % cfg.eval.every == 0 and run.step < cfg.steps:
+            if cfg.eval.every and run.step % cfg.eval.every == 0 and run.step < cfg.steps and learner.is_main:
                 values.update({f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
             log.log(run.step, values)
             bar.update(values)
-            if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0:
+            if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and learner.is_main:
                 checkpoint(run)
     finally:
         bar.close()
@@ -310,8 +335,10 @@ def train(cfg: TrainConfig) -> Run:
             collector.close()
         for e in envs:
             e.close()
-    checkpoint(run)
-    log.log(run.step, {f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
+    if learner.is_main:
+        checkpoint(run)
+        log.log(run.step, {f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
+        plot_metrics(cfg.output_dir)
     log.close()
-    plot_metrics(cfg.output_dir)
+    learner.close()
     return run

@@ -1,0 +1,133 @@
+"""The multi-process learner: 2 CPU processes (torchrun, gloo) against one process on the full batch.
+
+This file is also the script torchrun runs (``python test_ddp.py OUT`` under torchrun): each rank
+takes one DDP learner step per scenario on a fixed synthetic batch, then trains two steps with
+:func:`training.trainer.train` into ``OUT/run<rank>``. The test repeats the learner steps in its
+own process, without DDP, and compares gradients and updated parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.hf import HFPolicy
+from agents.tiny import tiny_model, tiny_tokenizer
+from training.batch import Batch
+from training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from training.metrics import read_metrics
+from training.trainer import learner_step
+
+SCENARIOS: dict[str, LossConfig] = {
+    "token_mean": LossConfig(micro_batch_size=2),
+    "seq_mean_kl_two_updates": LossConfig(
+        micro_batch_size=1, aggregation="seq-mean-token-mean", kl_coef=0.1, updates_per_batch=2, max_grad_norm=0.5
+    ),
+}
+
+
+def make_batch(rows: int = 6, length: int = 14, vocab: int = 64) -> Batch:
+    """A fixed batch: uneven loss masks, one row with none (skipped), random advantages."""
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, vocab, (rows, length), generator=gen)
+    lengths = torch.tensor([14, 9, 12, 5, 14, 11])[:rows]
+    attn = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    lmask = (torch.rand(rows, length, generator=gen) < 0.6).float() * attn
+    lmask[:, :2] = 0
+    lmask[3] = 0  # no sampled token: not trained
+    blp = -torch.rand(rows, length, generator=gen) * 3
+    adv = torch.randn(rows, length, generator=gen)
+    return Batch(ids * attn, attn, lmask, blp, adv, torch.zeros(rows, dtype=torch.long), {})
+
+
+def one_step(cfg: LossConfig, wrap: Any = None) -> tuple[Any, dict[str, float]]:
+    """One learner step from the same initial weights; ``wrap`` wraps the model (DDP)."""
+    model = tiny_model(len(tiny_tokenizer()), seed=0, hidden=32, layers=2)
+    ref = tiny_model(len(tiny_tokenizer()), seed=1, hidden=32, layers=2).eval() if cfg.kl_coef > 0 else None
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    stats = learner_step(wrap(model) if wrap else model, opt, make_batch(), cfg, ref=ref)
+    return model, stats
+
+
+def small_config(out: Path) -> TrainConfig:
+    return TrainConfig(
+        env_kwargs='{"levels": [1], "num_tasks": 20, "max_turns": 2}',
+        group_size=2,
+        tasks_per_step=2,
+        steps=2,
+        output_dir=str(out),
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=1,
+        sampling=SamplingConfig(max_new_tokens=6),
+        eval=EvalConfig(num_tasks=1, samples=1),
+        loss=LossConfig(micro_batch_size=1),
+    )
+
+
+def worker(out: Path) -> None:
+    """What each torchrun rank runs."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from training.distributed_loop import train_distributed
+    from training.trainer import train
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    for name, cfg in SCENARIOS.items():
+        model, stats = one_step(cfg, DistributedDataParallel)
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        torch.save({"params": model.state_dict(), "grads": grads, "stats": stats}, out / f"{name}.rank{rank}.pt")
+    run = train(small_config(out / f"run{rank}"))
+    torch.save(run.policy.model.state_dict(), out / f"trained.rank{rank}.pt")
+    train_distributed(small_config(out / f"remote{rank}"))  # the --backend ray / vllm: loop, local rollouts
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_gloo_ranks_match_one_process_and_only_rank0_writes(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+    cmd += ["--master-port", str(_free_port()), __file__, str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name, cfg in SCENARIOS.items():
+        ref_model, ref_stats = one_step(cfg)
+        for rank in (0, 1):
+            got = torch.load(tmp_path / f"{name}.rank{rank}.pt")
+            for k, p in ref_model.named_parameters():
+                assert p.grad is not None
+                torch.testing.assert_close(got["grads"][k], p.grad, atol=1e-5, rtol=1e-5, msg=f"{name} grad {k}")
+            for k, v in ref_model.state_dict().items():
+                torch.testing.assert_close(got["params"][k], v, atol=1e-5, rtol=1e-5, msg=f"{name} param {k}")
+            for k, v in ref_stats.items():
+                assert abs(got["stats"][k] - v) < 1e-5, (name, k, got["stats"][k], v)
+        assert ref_stats["trained_rows"] == 5.0
+    # the loop: rank 0 alone wrote metrics, checkpoints and plots; both ranks hold the same weights
+    assert not (tmp_path / "run1").exists()
+    rows = read_metrics(tmp_path / "run0")
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
+    assert (tmp_path / "run0" / "checkpoint.pt").exists()
+    assert not (tmp_path / "remote1").exists()
+    assert [r["step"] for r in read_metrics(tmp_path / "remote0") if "loss" in r] == [1, 2]
+    w0, w1 = (torch.load(tmp_path / f"trained.rank{r}.pt") for r in (0, 1))
+    initial = HFPolicy.from_id("hf:tiny", seed=0).model.state_dict()
+    assert any(not torch.equal(w0[k], initial[k]) for k in w0)
+    for k in w0:
+        torch.testing.assert_close(w0[k], w1[k], atol=0, rtol=0)
+
+
+if __name__ == "__main__":
+    worker(Path(sys.argv[1]))
