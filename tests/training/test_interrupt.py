@@ -43,13 +43,27 @@ def test_ctrl_c_exits_cleanly_and_keeps_the_checkpoint(tmp_path: Path) -> None:
         "--eval.samples",
         "1",
     ]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A terminal delivers SIGINT to a process that handles it; test runners (pytest-xdist) may start
+    # workers with SIGINT ignored, which children inherit, so restore the default in the child.
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 240
     while not (run / CHECKPOINT).exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
-    assert (run / CHECKPOINT).exists(), "no checkpoint was written before the deadline"
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        assert (run / CHECKPOINT).exists(), "no checkpoint was written before the deadline"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted; resume with --resume" in err and "Traceback" not in err
     assert sorted(os.listdir(tmp)) == [], "temporary files left behind"
