@@ -4,9 +4,10 @@
 
 1. **SFT warm start** (reported as such): a small Llama-architecture model, randomly
    initialised, with the byte-level tokenizer, is trained by cross-entropy on generated
-   demonstrations played through the real env. Half of them use the calculator (copy the
-   expression, then copy the tool result into ``<answer>``), half guess an answer directly
-   (almost always wrong). The warm-started policy therefore mixes both behaviours.
+   demonstrations played through the real env. 90% of them use the calculator (copy the
+   expression, then copy the tool result into ``<answer>``), 10% guess an answer directly
+   (almost always wrong). The warm-started policy therefore mixes both behaviours and copies
+   imperfectly.
 2. **GRPO** through the real env, judge and trainer (:func:`training.trainer.train`): the
    outcome reward alone must teach the policy to prefer the calculator and to copy exactly.
 3. Held-out reward (level-1 test split, 32 tasks x 4 samples) before and after GRPO, with
@@ -110,7 +111,7 @@ def warm_start(out: Path, args: argparse.Namespace) -> Path:
     tok = tiny_tokenizer()
     chat = ChatTemplate(tok, tools_block="compact")
     model = tiny_model(len(tok), seed=args.seed, hidden=args.hidden, layers=args.layers, heads=4)
-    demos = demonstrations(chat, args.demos, args.seed)
+    demos = demonstrations(chat, args.demos, args.seed, tool_fraction=args.tool_fraction)
     loss = sft(model, demos, args.sft_steps, args.sft_lr, args.sft_batch, args.seed)
     print(f"SFT warm start: {args.demos} demonstrations, {args.sft_steps} steps, final loss {loss:.3f}")
     path = out / "sft"
@@ -147,7 +148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--demos", type=int, default=2000)
-    p.add_argument("--sft-steps", type=int, default=500)
+    p.add_argument("--sft-steps", type=int, default=1200)
+    p.add_argument("--tool-fraction", type=float, default=0.9, help="share of demonstrations that use the tool")
     p.add_argument("--sft-lr", type=float, default=3e-3)
     p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=30)
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "initial_se": first["eval/reward_se"],
         "final_reward": last["eval/reward"],
         "final_se": last["eval/reward_se"],
+        "initial_success": first.get("eval/success", float("nan")),
+        "final_success": last.get("eval/success", float("nan")),
         "sft_s": t1 - t0,
         "grpo_s": time.perf_counter() - t1,
     }
@@ -186,6 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(
         f"held-out reward (after SFT warm start, before GRPO): {r['initial_reward']:.3f} +- {r['initial_se']:.3f}\n"
         f"held-out reward (after {args.steps} GRPO steps):        {r['final_reward']:.3f} +- {r['final_se']:.3f}\n"
+        f"held-out success: {r['initial_success']:.1%} -> {r['final_success']:.1%}\n"
         f"SFT {result['sft_s']:.0f} s, GRPO {result['grpo_s']:.0f} s; plot: {out / 'grpo' / 'reward.png'}"
     )
     return result
