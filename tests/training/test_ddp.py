@@ -9,6 +9,7 @@ own process, without DDP, and compares gradients and updated parameters.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -101,8 +102,17 @@ def test_two_gloo_ranks_match_one_process_and_only_rank0_writes(tmp_path: Path) 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
     cmd += ["--master-port", str(_free_port()), __file__, str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Its own session, so a timeout kills torchrun *and* its rank processes (no orphans).
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
     for name, cfg in SCENARIOS.items():
         ref_model, ref_stats = one_step(cfg)
         for rank in (0, 1):
