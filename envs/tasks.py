@@ -86,15 +86,23 @@ class TaskSet:
         return TaskSet([t for t in self._tasks if keep(t)], name=self.name)
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(
+    path: str | Path, *, error: type[Exception] = TaskError, what: str = "Task file"
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, record)`` from a jsonl file; blank lines are skipped.
 
+    Args:
+        path: the file.
+        error: the exception type raised for a bad file (:class:`TaskError` by default).
+        what: how messages name the file ("Task file", "Corpus file").
+
     Raises:
-        TaskError: the file is missing, or a line is not a JSON object (with its line number).
+        error: the file is missing, not UTF-8, or a line is not a JSON object (with its number).
     """
     p = Path(path)
     if not p.is_file():
-        raise TaskError(f"Task file {str(p)!r} does not exist (or is not a file).")
+        raise error(f"{what} {str(p)!r} does not exist (or is not a file).")
+    lineno = 0
     with p.open("r", encoding="utf-8", errors="strict") as fh:
         try:
             for lineno, line in enumerate(fh, start=1):
@@ -103,12 +111,12 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 try:
                     rec = json.loads(line)
                 except ValueError as exc:
-                    raise TaskError(f"{p}:{lineno}: not valid JSON ({exc}).") from None
+                    raise error(f"{p}:{lineno}: not valid JSON ({exc}).") from None
                 if not isinstance(rec, dict):
-                    raise TaskError(f"{p}:{lineno}: each line must be a JSON object.")
+                    raise error(f"{p}:{lineno}: each line must be a JSON object.")
                 yield lineno, rec
         except UnicodeDecodeError as exc:
-            raise TaskError(f"{p}: not UTF-8 text ({exc}).") from None
+            raise error(f"{p}: line {lineno + 1} is not UTF-8 text ({exc}).") from None
 
 
 def require(rec: Mapping[str, Any], key: str, where: str) -> Any:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from envs.errors import ConfigError, ToolError
+from envs.tasks import read_jsonl
 
 #: Longest query any backend accepts, in characters.
 MAX_QUERY_CHARS = 1024
@@ -98,24 +99,8 @@ def passage_from_record(rec: dict[str, Any], where: str) -> Passage:
 
 def read_corpus(path: str | Path) -> Iterator[Passage]:
     """Passages of a jsonl corpus file; a :class:`ConfigError` names the first bad line."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"Corpus file {str(p)!r} does not exist (or is not a file).")
-    with p.open("r", encoding="utf-8", errors="strict") as fh:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as exc:
-                    raise ConfigError(f"{p}:{lineno}: not valid JSON ({exc}).") from None
-                if not isinstance(rec, dict):
-                    raise ConfigError(f"{p}:{lineno}: each line must be a JSON object.")
-                yield passage_from_record(rec, f"{p}:{lineno}")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{p}: line {lineno + 1} is not UTF-8 text ({exc}).") from None
+    for lineno, rec in read_jsonl(path, error=ConfigError, what="Corpus file"):
+        yield passage_from_record(rec, f"{path}:{lineno}")
 
 
 def write_corpus(passages: Sequence[Passage], path: str | Path) -> Path:
