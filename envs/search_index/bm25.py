@@ -30,7 +30,7 @@ import numpy as np
 
 from envs.errors import ConfigError
 from envs.search_index.analyzer import Analyzer
-from envs.search_index.protocol import Passage, check_query, read_corpus, write_corpus
+from envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
 
 FORMAT = "prm-bm25/1"
 _FREE = 24  # Lucene SmallFloat: lengths below this are stored exactly
@@ -177,13 +177,7 @@ class BM25Index:
                 build one.
         """
         d = Path(directory)
-        how = f"build one with `python -m envs.search_index.bm25 --corpus corpus.jsonl --index {d}`"
-        if not (d / "meta.json").is_file():
-            state = "does not exist" if not d.exists() else "holds no BM25 index (no meta.json)"
-            raise ConfigError(f"BM25 index directory {str(d)!r} {state}; {how}.")
-        meta = json.loads((d / "meta.json").read_text())
-        if meta.get("format") != FORMAT:
-            raise ConfigError(f"{d}: index format {meta.get('format')!r} is not {FORMAT!r}; {how}.")
+        meta, _ = read_index_meta(d, "BM25", "envs.search_index.bm25", FORMAT)
         with np.load(d / "index.npz", allow_pickle=False) as z:
             indptr, doc_ids, impacts, terms = z["indptr"], z["doc_ids"], z["impacts"], z["terms"]
         vocab = {str(t): i for i, t in enumerate(terms.tolist())}

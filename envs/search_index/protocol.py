@@ -103,6 +103,29 @@ def read_corpus(path: str | Path) -> Iterator[Passage]:
         yield passage_from_record(rec, f"{path}:{lineno}")
 
 
+def read_index_meta(directory: Path, kind: str, builder: str, fmt: str) -> tuple[dict[str, Any], str]:
+    """``(meta.json contents, how-to-build hint)`` of a saved index directory.
+
+    Args:
+        directory: the index directory.
+        kind: its kind for messages ("BM25", "dense").
+        builder: the module whose ``--corpus/--index`` command builds one.
+        fmt: the ``format`` value meta.json must carry.
+
+    Raises:
+        ConfigError: the directory is missing, holds no index, or an index of another format;
+            the message says how to build one.
+    """
+    how = f"build one with `python -m {builder} --corpus corpus.jsonl --index {directory}`"
+    if not (directory / "meta.json").is_file():
+        state = "does not exist" if not directory.exists() else f"holds no {kind} index (no meta.json)"
+        raise ConfigError(f"{kind} index directory {str(directory)!r} {state}; {how}.")
+    meta = json.loads((directory / "meta.json").read_text())
+    if meta.get("format") != fmt:
+        raise ConfigError(f"{directory}: index format {meta.get('format')!r} is not {fmt!r}; {how}.")
+    return meta, how
+
+
 def write_corpus(passages: Sequence[Passage], path: str | Path) -> Path:
     """Write ``passages`` as a ``{"id","title","text","contents"}`` jsonl corpus."""
     p = Path(path)
