@@ -23,15 +23,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from rewards.openai_fake import LocalHTTPServer
+
 Reply = Callable[[list[int], dict[str, Any]], list[int]]
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # many clients connect at once; the default backlog of 5 resets them
-    daemon_threads = True
 
 
 def echo_tail(prompt: list[int], request: dict[str, Any]) -> list[int]:
@@ -39,7 +36,7 @@ def echo_tail(prompt: list[int], request: dict[str, Any]) -> list[int]:
     return list(prompt[-3:])
 
 
-class FakeVLLMServer:
+class FakeVLLMServer(LocalHTTPServer):
     """A scriptable vLLM-compatible completions server in a background thread.
 
     Args:
@@ -63,37 +60,16 @@ class FakeVLLMServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), _make_handler(self))
-        self._thread: threading.Thread | None = None
+        super().__init__(_make_handler(self), "fake-vllm")
 
     @property
     def base_url(self) -> str:
         """The URL to give a client, ending in ``/v1``."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def fail_next(self, n: int = 1, status: int = 500) -> None:
         """Answer the next ``n`` completions with ``status``."""
         self.failures.extend([status] * n)
-
-    def start(self) -> FakeVLLMServer:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-vllm", daemon=True)
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving and free the port; idempotent."""
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeVLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _logprob(self, model: str) -> float | None:
         if model == self.model:

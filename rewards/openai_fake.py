@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 Messages = list[dict[str, Any]]
 
@@ -43,7 +43,49 @@ class Failure:
     body: str = '{"error": {"message": "scripted failure"}}'
 
 
-class FakeOpenAIServer:
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # many clients connect at once; the default backlog of 5 resets them
+    daemon_threads = True
+
+
+class LocalHTTPServer:
+    """An HTTP server on an ephemeral 127.0.0.1 port, served from a daemon thread.
+
+    The shared lifecycle of the package's fake servers: ``start``/``close`` (idempotent) and the
+    context manager. Subclasses pass the handler class their requests go to.
+    """
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], thread_name: str):
+        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._thread: threading.Thread | None = None
+        self._thread_name = thread_name
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> Self:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._httpd.serve_forever, name=self._thread_name, daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and free the port; idempotent."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeOpenAIServer(LocalHTTPServer):
     """A scriptable OpenAI-compatible server in a background thread.
 
     Args:
@@ -61,13 +103,7 @@ class FakeOpenAIServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        super().__init__(_make_handler(self), "fake-openai")
 
     @property
     def base_url(self) -> str:
@@ -78,26 +114,6 @@ class FakeOpenAIServer:
         """Answer the next ``n`` chat requests with ``status`` (0 drops the connection)."""
         for _ in range(n):
             self.failures.append(Failure(status, body) if body is not None else Failure(status))
-
-    def start(self) -> FakeOpenAIServer:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True)
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving and free the port; idempotent."""
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def complete(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
         """The status and body for one chat request (called by the handler thread)."""
