@@ -79,10 +79,6 @@ class Trajectory:
         return asdict(self)
 
 
-def _live(envs: Sequence[gym.Env], trajs: list[Trajectory], done: list[bool]) -> list[int]:
-    return [i for i in range(len(envs)) if not done[i]]
-
-
 def _play(
     envs: Sequence[gym.Env],
     trajs: list[Trajectory],
@@ -95,7 +91,7 @@ def _play(
     n = len(envs)
     done = [False] * n
     while not all(done):
-        live = _live(envs, trajs, done)
+        live = [i for i, finished in enumerate(done) if not finished]
         gens = policy.generate([trajs[i].token_ids for i in live], sampling)
         for i, gen in zip(live, gens, strict=True):
             traj, start = trajs[i], len(trajs[i].token_ids)

@@ -148,7 +148,7 @@ class ToolEnv(gym.Env[str, str]):
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools in OpenAI function-calling format, for rendering into a chat template."""
-        return [copy.deepcopy(t.schema) for t in self.tools.values()]
+        return list(json.loads(self._schemas_json))
 
     @property
     def actions(self) -> list[str]:
@@ -170,7 +170,7 @@ class ToolEnv(gym.Env[str, str]):
         self._actions, self._history = [], []
         self.start_episode(task)
         obs = cap_text(self.prompt(task), MAX_OBS_CHARS)
-        return obs, {"task_id": task.id, "turn": 0, "tools": json.loads(self._schemas_json)}
+        return obs, {"task_id": task.id, "turn": 0, "tools": self.tool_schemas}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._task is None or self._done:
