@@ -8,6 +8,7 @@ raises :class:`envs.errors.ConfigError` naming the field and the fix.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -234,6 +235,11 @@ class TrainConfig:
     vllm_weights: str = ""
     """With --policy vllm:<url>: the hf: id of the weights the servers serve (the learner trains
     them, writes them back and the servers reload them after every step)."""
+    device: str = "auto"
+    """Where the learner (and an hf: policy) runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N."""
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """Under torchrun: replicate the learner (DDP) or shard its weights, gradients and AdamW
+    moments over the ranks (FSDP; see docs/scale-out.md). Ignored in one process."""
     backend: Literal["local", "ray"] = "local"
     """Where rollouts run: in this process, or on Ray rollout workers (see docs/scale-out.md)."""
     num_workers: int = 2
@@ -288,6 +294,12 @@ class TrainConfig:
             "vllm_weights",
             self.vllm_weights,
             "with --policy vllm:<url> give the served weights as --vllm-weights hf:<dir>",
+        )
+        _check(
+            re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+            "device",
+            self.device,
+            "use auto, cpu, cuda or cuda:N",
         )
         _check(self.num_workers >= 1, "num_workers", self.num_workers, "use >= 1")
         _check(self.group_size >= 2, "group_size", self.group_size, "use >= 2 (a group needs a baseline)")

@@ -1,20 +1,22 @@
-"""The learner on several devices: torch DistributedDataParallel under ``torchrun``.
+"""The learner's devices: one device (CPU or a GPU), or several under ``torchrun`` (DDP or FSDP).
 
-``torchrun --nproc-per-node N -m training.cli ...`` (or ``torchrun ... $(which train-agent) ...``)
-starts N copies of the same loop; :func:`setup_learner` sees ``WORLD_SIZE > 1`` in the
-environment, joins the process group (NCCL on GPUs, gloo on CPUs), puts the model on
-``cuda:LOCAL_RANK`` and wraps it in DDP. What each rank then does:
+In one process :func:`setup_learner` puts the policy on ``--device`` (``auto``: the first GPU when
+there is one) and trains it there. ``torchrun --nproc-per-node N -m training.cli ...`` (or
+``torchrun ... $(which train-agent) ...``) starts N copies of the same loop; :func:`setup_learner`
+sees torchrun's environment, joins the process group (NCCL on GPUs, gloo on CPUs), puts the
+model on ``cuda:LOCAL_RANK`` (or the CPU) and wraps it in DDP, or, with ``--sharding fsdp``,
+trains a sharded copy (:mod:`training.fsdp`). What each rank then does:
 
 * rollouts: rank 0's trajectories of the step are broadcast (:meth:`Learner.broadcast`), so every
   rank builds the same :class:`training.batch.Batch` with the same advantages;
 * the learner step: :func:`rank_chunks` gives each rank every ``world_size``-th trainable row,
   in micro-batches; each micro-batch's loss is weighted by ``world_size`` times its share of the
-  *whole* batch (its tokens over all ranks' tokens for ``token-mean``), so DDP's gradient
-  average equals the single-process gradient of the full batch. A rank with fewer micro-batches
-  runs zero-weight ones, so every rank makes the same number of backward passes (collectives);
+  *whole* batch (its tokens over all ranks' tokens for ``token-mean``), so the gradient average
+  over ranks equals the single-process gradient of the full batch. A rank with fewer
+  micro-batches runs zero-weight ones, so every rank makes the same number of backward passes;
+* after the step, :meth:`Learner.after_step` brings FSDP's trained weights back into the policy
+  (a no-op for DDP, whose wrapper trains the policy's own parameters);
 * logging, evaluation, checkpoints and plots happen on rank 0 only (:meth:`Learner.metrics_log`).
-
-In one process :func:`setup_learner` returns a :class:`Learner` that changes nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from envs.errors import ConfigError
+from training import fsdp
 from training.batch import Batch
 from training.metrics import MetricsLog
 
@@ -39,6 +42,29 @@ T = TypeVar("T")
 def world_size() -> int:
     """``WORLD_SIZE`` as set by torchrun (1 when absent)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def under_torchrun() -> bool:
+    """True when torchrun (or another launcher) set the process-group environment."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``--device``: ``auto`` (a GPU when there is one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Under torchrun ``cuda`` means this rank's GPU, ``cuda:LOCAL_RANK``.
+
+    Raises:
+        ConfigError: a GPU was asked for and torch sees none.
+    """
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {name!r} was asked for but torch sees no GPU; use --device cpu or auto.")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)
+    return device
 
 
 class NullLog:
@@ -56,14 +82,17 @@ class Learner:
     """What the loop needs to know about the learner's devices.
 
     Attributes:
-        model: what :func:`training.trainer.learner_step` trains: the DDP wrapper, or the bare
-            model in one process (the policy keeps the bare model for sampling and saving).
+        model: what :func:`training.trainer.learner_step` trains: the DDP wrapper, the FSDP
+            sharded copy, or the bare model in one process (the policy keeps the bare model for
+            sampling and saving).
+        optimizer: the optimiser that steps :attr:`model` (FSDP: over its shards; else the run's).
         rank, world_size: this process's place in the process group.
         device: where the model and each batch live.
         owns_group: :func:`setup_learner` started the process group, so :meth:`close` ends it.
     """
 
     model: Any
+    optimizer: torch.optim.Optimizer
     rank: int = 0
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -97,6 +126,12 @@ class Learner:
         """A real metrics log on rank 0, a :class:`NullLog` on the others."""
         return MetricsLog(out_dir, tensorboard, keep_until=keep_until) if self.is_main else NullLog()
 
+    def after_step(self, run: Any, *, checkpoint_due: bool) -> None:
+        """After a learner step (every rank): FSDP's weights back into ``run.policy.model``, and
+        with ``checkpoint_due`` its optimiser moments into ``run.optimizer`` (what is saved)."""
+        if fsdp.is_sharded(self.model):
+            fsdp.sync_replica(self.model, self.optimizer, run.policy.model, run.optimizer, moments=checkpoint_due)
+
     def close(self) -> None:
         """Wait for every rank; then leave the process group if :func:`setup_learner` started it."""
         if self.world_size > 1 and dist.is_initialized():
@@ -105,46 +140,57 @@ class Learner:
                 dist.destroy_process_group()
 
 
-def setup_learner(run: Any) -> Learner:
-    """Join torchrun's process group when ``WORLD_SIZE > 1`` and wrap ``run.policy.model`` in DDP.
-
-    Args:
-        run: a :class:`training.trainer.Run` (its policy model and reference are moved to the
-            rank's device).
-
-    Raises:
-        ConfigError: for asynchronous training, which the multi-process learner does not run.
-    """
-    world = world_size()
-    if world <= 1:
-        return Learner(run.policy.model)
-    if run.cfg.asynchronous.enabled:
-        raise ConfigError("asynchronous.enabled: torchrun (WORLD_SIZE > 1) trains synchronously; drop the flag.")
-    cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if cuda:
-        torch.cuda.set_device(local_rank)
-    owns = not dist.is_initialized()
-    if owns:
-        dist.init_process_group("nccl" if cuda else "gloo")
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+def _move(run: Any, device: torch.device) -> None:
+    """The policy, the reference and any resumed optimiser moments onto ``device``."""
     run.policy.model.to(device)
     if run.ref is not None:
         run.ref.to(device)
     for state in run.optimizer.state.values():  # resumed moments follow the parameters ("step" stays put)
         state.update({k: v.to(device) for k, v in state.items() if isinstance(v, torch.Tensor) and k != "step"})
-    model = DistributedDataParallel(run.policy.model, device_ids=[local_rank] if cuda else None)
-    return Learner(model, dist.get_rank(), dist.get_world_size(), device, owns_group=owns)
+
+
+def setup_learner(run: Any) -> Learner:
+    """Put the learner on its device(s): one device, or torchrun's process group with DDP or FSDP.
+
+    Args:
+        run: a :class:`training.trainer.Run` (its policy model, reference and optimiser state
+            are moved to the rank's device).
+
+    Raises:
+        ConfigError: a GPU was asked for and none is there; asynchronous training under torchrun.
+    """
+    cfg = run.cfg
+    if not under_torchrun():
+        device = resolve_device(cfg.device)
+        _move(run, device)
+        return Learner(run.policy.model, run.optimizer, device=device)
+    if cfg.asynchronous.enabled:
+        raise ConfigError("asynchronous.enabled: torchrun trains synchronously; drop the flag.")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(cfg.device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    owns = not dist.is_initialized()
+    if owns:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    _move(run, device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if cfg.sharding == "fsdp":
+        model, optimizer = fsdp.shard(run.policy.model, run.optimizer)
+        return Learner(model, optimizer, rank, world, device, owns_group=owns)
+    ids = [device.index] if device.type == "cuda" else None
+    return Learner(DistributedDataParallel(run.policy.model, device_ids=ids), run.optimizer, rank, world, device, owns)
 
 
 def _sharded(model: Any) -> bool:
-    return isinstance(model, DistributedDataParallel) and dist.is_initialized() and dist.get_world_size() > 1
+    wrapped = isinstance(model, DistributedDataParallel) or fsdp.is_sharded(model)
+    return wrapped and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def rank_chunks(model: Any, rows: list[int], micro_batch_size: int) -> list[tuple[list[int], float]]:
     """This rank's micro-batches of ``rows`` with their loss weights.
 
-    In one process (or for a model that is not DDP-wrapped): every row, weight 1. Under DDP:
+    In one process (or for a model that is neither DDP-wrapped nor FSDP-sharded): every row, weight 1. Under DDP:
     rows ``rank, rank + W, ...`` with weight ``W`` (undoing DDP's gradient average), padded with
     zero-weight copies of the first row up to the largest rank's micro-batch count (rank 0
     never needs padding, so a padding chunk never shares its first row with a real one).
@@ -159,7 +205,7 @@ def rank_chunks(model: Any, rows: list[int], micro_batch_size: int) -> list[tupl
 
 
 def reduce_stats(model: Any, stats: dict[str, float]) -> dict[str, float]:
-    """Under DDP, the mean over ranks of each rank's ``world_size``-weighted stats; else ``stats``."""
+    """Under DDP or FSDP, the mean over ranks of each rank's ``world_size``-weighted stats; else ``stats``."""
     if not _sharded(model):
         return stats
     keys = sorted(stats)

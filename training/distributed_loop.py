@@ -69,7 +69,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
     """Train with rollouts on Ray workers and/or vLLM servers; returns the trainer's ``Run``."""
     from training.batch import Grouping, build_batch
     from training.ddp import setup_learner
-    from training.trainer import build_run, checkpoint, learner_step, reward_metrics, step_tasks
+    from training.trainer import build_run, checkpoint, checkpoint_due, learner_step, reward_metrics, step_tasks
 
     if cfg.algo != "grpo" or cfg.asynchronous.enabled:
         raise ConfigError("--backend ray / --policy vllm: train with --algo grpo, synchronously, for now.")
@@ -121,11 +121,17 @@ def train_distributed(cfg: TrainConfig) -> Any:
                 temp = cfg.sampling.temperature
                 values.update(
                     learner_step(
-                        learner.model, run.optimizer, learner.to_device(batch), cfg.loss, ref=run.ref, temperature=temp
+                        learner.model,
+                        learner.optimizer,
+                        learner.to_device(batch),
+                        cfg.loss,
+                        ref=run.ref,
+                        temperature=temp,
                     )
                 )
                 values.update({**reward_metrics(trajs), **batch.stats})
                 run.policy.version += 1
+                learner.after_step(run, checkpoint_due=checkpoint_due(cfg, run.step + 1))
                 if learner.is_main:
                     _push_weights(run, pool, server, cfg)
             run.step += 1

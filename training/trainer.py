@@ -30,6 +30,7 @@ from training.checkpoint import load_checkpoint, model_state, save_checkpoint
 from training.config import LossConfig, TrainConfig
 from training.ddp import rank_chunks, reduce_stats, setup_learner
 from training.evaluation import evaluate
+from training.fsdp import scalar
 from training.losses import policy_loss, token_logprobs, truncated_is_weights
 from training.metrics import Progress, plot_metrics
 from training.recipe_loop import collect_recipes, make_tracker
@@ -111,6 +112,11 @@ def checkpoint(run: Run) -> Path:
         "config": asdict(run.cfg),
     }
     return save_checkpoint(run.cfg.output_dir, state)
+
+
+def checkpoint_due(cfg: TrainConfig, step: int) -> bool:
+    """True when a checkpoint is written after ``step`` (every ``checkpoint_every`` and the last)."""
+    return step >= cfg.steps or bool(cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
 
 
 def step_tasks(cfg: TrainConfig, train_ids: list[str], index: int, count: int) -> list[tuple[str, int]]:
@@ -213,7 +219,7 @@ def learner_step(
             stats["is_weight"] += float((isw * mask).sum()) / total_tok * weight
         stats = reduce_stats(model, stats)
         if cfg.max_grad_norm > 0:
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
+            stats["grad_norm"] = scalar(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
         optimizer.step()
     model.eval()
     stats["trained_rows"] = float(len(rows))
@@ -300,7 +306,7 @@ def train(cfg: TrainConfig) -> Run:
             )
             stats = learner_step(
                 learner.model,
-                run.optimizer,
+                learner.optimizer,
                 learner.to_device(batch),
                 cfg.loss,
                 ref=run.ref,
@@ -308,6 +314,7 @@ def train(cfg: TrainConfig) -> Run:
             )
             run.step += 1
             run.policy.version += 1
+            learner.after_step(run, checkpoint_due=checkpoint_due(cfg, run.step))
             if collector is not None:
                 state = {k: v.detach().clone() for k, v in run.policy.model.state_dict().items()}
                 collector.publish(run.policy.version, state)

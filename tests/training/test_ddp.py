@@ -8,6 +8,7 @@ own process, without DDP, and compares gradients and updated parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -47,16 +48,28 @@ def make_batch(rows: int = 6, length: int = 14, vocab: int = 64) -> Batch:
     return Batch(ids * attn, attn, lmask, blp, adv, torch.zeros(rows, dtype=torch.long), {})
 
 
-def one_step(cfg: LossConfig, wrap: Any = None) -> tuple[Any, dict[str, float]]:
-    """One learner step from the same initial weights; ``wrap`` wraps the model (DDP)."""
+def one_step(cfg: LossConfig, wrap: str = "") -> tuple[Any, dict[str, float]]:
+    """One learner step from the same initial weights; ``wrap``: "ddp", "fsdp" or "" (none).
+
+    With FSDP the step trains a sharded copy and the returned model is the replica it syncs into.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    from training import fsdp
+
     model = tiny_model(len(tiny_tokenizer()), seed=0, hidden=32, layers=2)
     ref = tiny_model(len(tiny_tokenizer()), seed=1, hidden=32, layers=2).eval() if cfg.kl_coef > 0 else None
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    stats = learner_step(wrap(model) if wrap else model, opt, make_batch(), cfg, ref=ref)
+    if wrap == "fsdp":
+        sharded, sharded_opt = fsdp.shard(model, opt)
+        stats = learner_step(sharded, sharded_opt, make_batch(), cfg, ref=ref)
+        fsdp.sync_replica(sharded, sharded_opt, model, opt, moments=True)
+        return model, stats
+    stats = learner_step(DistributedDataParallel(model) if wrap == "ddp" else model, opt, make_batch(), cfg, ref=ref)
     return model, stats
 
 
-def small_config(out: Path) -> TrainConfig:
+def small_config(out: Path, **changes: Any) -> TrainConfig:
     return TrainConfig(
         env_kwargs='{"levels": [1], "num_tasks": 20, "max_turns": 2}',
         group_size=2,
@@ -69,13 +82,14 @@ def small_config(out: Path) -> TrainConfig:
         sampling=SamplingConfig(max_new_tokens=6),
         eval=EvalConfig(num_tasks=1, samples=1),
         loss=LossConfig(micro_batch_size=1),
+        device="cpu",  # gloo on CPUs, also on a machine with a GPU
+        **changes,
     )
 
 
 def worker(out: Path) -> None:
     """What each torchrun rank runs."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
     from training.distributed_loop import train_distributed
     from training.trainer import train
@@ -84,12 +98,18 @@ def worker(out: Path) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     for name, cfg in SCENARIOS.items():
-        model, stats = one_step(cfg, DistributedDataParallel)
+        model, stats = one_step(cfg, "ddp")
         grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
         torch.save({"params": model.state_dict(), "grads": grads, "stats": stats}, out / f"{name}.rank{rank}.pt")
+        model, stats = one_step(cfg, "fsdp")
+        torch.save({"params": model.state_dict(), "stats": stats}, out / f"{name}.fsdp{rank}.pt")
     run = train(small_config(out / f"run{rank}"))
     torch.save(run.policy.model.state_dict(), out / f"trained.rank{rank}.pt")
     train_distributed(small_config(out / f"remote{rank}"))  # the --backend ray / vllm: loop, local rollouts
+    sharded = small_config(out / "sharded", sharding="fsdp")  # one output dir, as in a real run
+    run = train(sharded)
+    torch.save(run.policy.model.state_dict(), out / f"sharded.rank{rank}.pt")
+    train(dataclasses.replace(sharded, steps=3, resume=True))
 
 
 def _free_port() -> int:
@@ -124,6 +144,11 @@ def test_two_gloo_ranks_match_one_process_and_only_rank0_writes(tmp_path: Path) 
                 torch.testing.assert_close(got["params"][k], v, atol=1e-5, rtol=1e-5, msg=f"{name} param {k}")
             for k, v in ref_stats.items():
                 assert abs(got["stats"][k] - v) < 1e-5, (name, k, got["stats"][k], v)
+            sharded = torch.load(tmp_path / f"{name}.fsdp{rank}.pt")  # FSDP: the same step, synced back
+            for k, v in ref_model.state_dict().items():
+                torch.testing.assert_close(sharded["params"][k], v, atol=1e-5, rtol=1e-5, msg=f"{name} fsdp {k}")
+            for k, v in ref_stats.items():
+                assert abs(sharded["stats"][k] - v) < 1e-5, (name, "fsdp", k, sharded["stats"][k], v)
         assert ref_stats["trained_rows"] == 5.0
     # the loop: rank 0 alone wrote metrics, checkpoints and plots; both ranks hold the same weights
     assert not (tmp_path / "run1").exists()
@@ -137,6 +162,18 @@ def test_two_gloo_ranks_match_one_process_and_only_rank0_writes(tmp_path: Path) 
     assert any(not torch.equal(w0[k], initial[k]) for k in w0)
     for k in w0:
         torch.testing.assert_close(w0[k], w1[k], atol=0, rtol=0)
+    # --sharding fsdp: both ranks' policies hold the same trained weights; rank 0's checkpoint has
+    # full (not sharded) AdamW moments; --resume continued it to step 3.
+    s0, s1 = (torch.load(tmp_path / f"sharded.rank{r}.pt") for r in (0, 1))
+    assert any(not torch.equal(s0[k], initial[k]) for k in s0)
+    for k in s0:
+        torch.testing.assert_close(s0[k], s1[k], atol=0, rtol=0)
+    assert [r["step"] for r in read_metrics(tmp_path / "sharded") if "loss" in r] == [1, 2, 3]
+    saved = torch.load(tmp_path / "sharded" / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == 3
+    moments = saved["optimizer"]["state"]
+    shapes = [p.shape for p in HFPolicy.from_id("hf:tiny", seed=0).model.parameters()]
+    assert [moments[i]["exp_avg"].shape for i in range(len(shapes))] == shapes
 
 
 if __name__ == "__main__":

@@ -48,6 +48,21 @@ def test_config_errors_name_the_field() -> None:
         TrainConfig(env_kwargs="{not json")
     with pytest.raises(ConfigError, match="tree-grpo"):
         TrainConfig(algo="tree-grpo", asynchronous=AsyncConfig(enabled=True))
+    with pytest.raises(ConfigError, match="device"):
+        TrainConfig(device="gpu0")
+
+
+def test_device_resolution() -> None:
+    from training.ddp import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cuda", 0)
+        assert resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
+    else:
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ConfigError, match="no GPU"):
+            resolve_device("cuda")
 
 
 def test_cli_parses_nested_flags() -> None:

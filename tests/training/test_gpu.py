@@ -1,0 +1,118 @@
+"""The learner on a GPU (marked ``gpu``; ``make test-gpu``): one process on cuda, and torchrun
+with NCCL under DDP and FSDP.
+
+This file is also the script torchrun runs (``python test_gpu.py OUT``): the rank trains two
+steps with each ``--sharding`` and records the process group's backend and the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.hf import HFPolicy
+from agents.policy import SamplingParams
+from training.checkpoint import load_checkpoint
+from training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from training.metrics import read_metrics
+from training.trainer import train
+
+pytestmark = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def small(out: Path, **changes: object) -> TrainConfig:
+    cfg = TrainConfig(
+        env_kwargs='{"levels": [1], "num_tasks": 20, "max_turns": 2}',
+        group_size=2,
+        tasks_per_step=2,
+        steps=2,
+        output_dir=str(out),
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=1,
+        sampling=SamplingConfig(max_new_tokens=6),
+        eval=EvalConfig(num_tasks=1, samples=1),
+        loss=LossConfig(micro_batch_size=1),
+    )
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+@needs_cuda
+def test_one_process_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path: Path) -> None:
+    run = train(small(tmp_path))  # --device auto: the GPU
+    assert next(run.policy.model.parameters()).device.type == "cuda"
+    rows = [r for r in read_metrics(tmp_path) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["loss"] == r["loss"] for r in rows)
+    assert load_checkpoint(tmp_path)["step"] == 2
+    resumed = train(small(tmp_path, steps=3, resume=True, device="cpu"))
+    assert next(resumed.policy.model.parameters()).device.type == "cpu"
+    assert resumed.step == 3
+
+
+@needs_cuda
+def test_behaviour_logprobs_on_the_gpu_match_a_forward_pass() -> None:
+    policy = HFPolicy.from_id("hf:tiny", seed=0)
+    policy.model.to("cuda")
+    prompt = policy.tokenizer.encode("2+3=")
+    gen = policy.generate([prompt], SamplingParams(max_new_tokens=8, temperature=1.0))[0]
+    ids = torch.tensor([prompt + gen.token_ids], device="cuda")
+    with torch.no_grad():
+        logp = torch.log_softmax(policy.model(input_ids=ids).logits.float(), -1)
+    picked = logp[0, len(prompt) - 1 : -1].gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+    torch.testing.assert_close(picked.cpu(), torch.tensor(gen.logprobs), atol=1e-4, rtol=1e-4)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@needs_cuda
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_torchrun_nccl_learner(tmp_path: Path, sharding: str) -> None:
+    nproc = str(min(torch.cuda.device_count(), 2))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", nproc, "--master-addr", "127.0.0.1"]
+    cmd += ["--master-port", str(_free_port()), __file__, str(tmp_path), sharding]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    seen = json.loads((tmp_path / "rank0.json").read_text())
+    assert seen["backend"] == "nccl" and seen["device"].startswith("cuda") and seen["world"] == int(nproc)
+    assert [r["step"] for r in read_metrics(tmp_path / "run") if "loss" in r] == [1, 2]
+    assert load_checkpoint(tmp_path / "run")["step"] == 2
+
+
+def worker(out: Path, sharding: str) -> None:
+    """What each torchrun rank runs: two steps on its GPU with ``sharding``."""
+    import torch.distributed as dist
+
+    from training.ddp import setup_learner
+    from training.trainer import build_run
+
+    cfg = small(out / "run", sharding=sharding)
+    learner = setup_learner(build_run(cfg))  # what train() does first: join the group, place the model
+    seen = {"backend": dist.get_backend(), "world": learner.world_size, "device": str(learner.device)}
+    learner.close()
+    (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
+    run = train(cfg)
+    assert next(run.policy.model.parameters()).device.type == "cuda"
+
+
+if __name__ == "__main__":
+    worker(Path(sys.argv[1]), sys.argv[2])
