@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,dev
 
-.PHONY: setup demo test test-slow reliability lint learn bench clean
+.PHONY: setup demo test test-slow test-gpu reliability lint learn bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: setup
 ## The long checks: real model servers, long training runs.
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow tests
+
+## Checks that need a CUDA device: the learner on a GPU, torchrun with NCCL under DDP and FSDP.
+test-gpu: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m gpu tests
 
 ## The long reliability runs: kill -9 / --resume of the trainer, Ctrl-C cleanup (docs/reliability.md).
 reliability: setup
