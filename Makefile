@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,dev
 
-.PHONY: setup demo test test-slow test-gpu reliability lint learn bench clean
+.PHONY: setup demo test test-slow test-gpu reliability lint learn bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,8 +51,23 @@ lint: setup
 learn: setup
 	$(BIN)/python -m training.learn --output-dir runs/learn
 
+## Every benchmark in benchmarks/, written to docs/benchmarks.md (installs the peer suites first when it can).
 bench: setup
+	-$(MAKE) --no-print-directory bench-peers
 	$(BIN)/python benchmarks/run_all.py
+
+# The peer suites bench_envs.py compares against (GEM, skyrl-gym), each in its own venv under
+# $(PEERS), from the full pinned set in benchmarks/peers/<name>.txt (--no-deps: nothing else, no torch).
+PEERS ?= .venv-peers
+bench-peers: $(PEERS)/gem/.installed $(PEERS)/skyrl/.installed
+
+$(PEERS)/%/.installed: benchmarks/peers/%.txt
+	rm -rf $(PEERS)/$*
+	$(PY) -m venv $(PEERS)/$*
+	$(PEERS)/$*/bin/pip install -q --no-deps -r $<
+	$(PEERS)/$*/bin/pip check
+	! $(PEERS)/$*/bin/python -c "import torch" 2>/dev/null
+	touch $@
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,17 +16,25 @@ search     ``<answer>Oslo</answer>``      QaEnv, ``<answer>Oslo</answer>``      
 sql        ``<answer>SELECT..</answer>``  (no SQL env)                          SQLEnv, ``<solution>``
 =========  =============================  =====================================  ====================
 
-Each side does one warm-up pass and ``--reps`` measured passes; the table shows the median mean
-microseconds per answer step and per episode (reset + step) with the min-max over passes, and
-how many of the cases the two suites' outcome verdicts agree on (ours: ``reward_outcome >= 0.5``;
-theirs: ``reward >= 0.5``). Our envs run with their default judge expressions (outcome plus
-format/tool/process terms, i.e. more work per step than the peers' outcome-only rewards).
+Each side does one warm-up pass and ``--reps`` measured passes (garbage collected before each
+pass, collector left on during it, on both sides: see ``result_line.settle``); the table
+shows the median over passes of the mean microseconds per answer step and per episode (reset +
+step), the min-max over passes, and how many of the cases the two suites' outcome verdicts agree
+on (ours: ``reward_outcome >= 0.5``; theirs: ``reward >= 0.5``). Our envs run twice: with the
+outcome judge alone (the same work as the peers' outcome-only rewards) and with their default
+judge expressions (plus format/tool/process/partial-credit terms: more work than the peers do).
+Each pass gets a fresh env, so no pass reuses verdicts memoised by an earlier one; what never
+changes per task (gold SQL rows, the gold query's parse) is cached for the process, as in training.
 
-Peers are looked for at ``$GEM_PYTHON`` / ``$SKYRL_PYTHON``, else ``/tmp/gem-venv/bin/python``
-and ``/tmp/skyrl-venv/bin/python``; create them with
-``python3.11 -m venv /tmp/gem-venv && /tmp/gem-venv/bin/pip install gem-llm datasets`` and
-``python3.11 -m venv /tmp/skyrl-venv && /tmp/skyrl-venv/bin/pip install skyrl-gym``.
-A peer that is missing or cannot run a kind is reported as a skipped row with the reason.
+Both sides are timed on the env classes themselves (ours unwrapped, not through ``gym.make``'s
+wrappers; the peers' classes likewise, not through ``gem.make``), with the action strings built
+before the timer starts. skyrl-gym's envs take their task at construction, so its "reset" is
+constructing the env and ``init``.
+
+Peers run in their own virtualenvs, made by ``make bench-peers`` under ``.venv-peers/gem`` and
+``.venv-peers/skyrl`` from the pinned sets in ``benchmarks/peers/``; ``--gem-python`` /
+``--skyrl-python`` or ``$GEM_PYTHON`` / ``$SKYRL_PYTHON`` point elsewhere. A peer that is not
+installed, fails, or has no env of a kind is reported as a skipped row with the reason.
 """
 
 from __future__ import annotations
@@ -36,18 +44,19 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from result_line import emit, median, skipped, spread
+from peer_client import PeerSession
+from result_line import emit, median, settle, skipped, spread
 
 from envs.base import ToolEnv
 from envs.math import MathEnv
 from envs.math_tasks import generate_math_tasks
+from envs.parsing import parse_action
 from envs.search import SearchEnv
 from envs.search_tasks import generate_search_tasks, generate_world
 from envs.sql import SQLEnv
@@ -55,10 +64,36 @@ from envs.sql_tasks import generate_sql_tasks
 from envs.tasks import Task, TaskSet
 
 HERE = Path(__file__).resolve().parent
+PEERS_DIR = HERE.parent / ".venv-peers"
 ENV_IDS = {"math": "prm/Math-v0", "search": "prm/Search-v0", "sql": "prm/SQL-v0"}
 #: The outcome judge alone: the same work as the peers' outcome-only rewards.
 OUTCOME_ONLY = {"math": "rule/math_equiv", "search": "rule/exact_match", "sql": "rule/execution_match"}
-PEERS = {"gem": ("GEM", "GEM_PYTHON", "/tmp/gem-venv"), "skyrl": ("skyrl-gym", "SKYRL_PYTHON", "/tmp/skyrl-venv")}
+PEERS = {"gem": ("GEM", "GEM_PYTHON"), "skyrl": ("skyrl-gym", "SKYRL_PYTHON")}
+SAME = "unwrapped env classes both sides, same tasks and answers, passes interleaved"
+Sample = tuple[float, float, list[float]]  # (mean us per step, mean us per episode, verdicts)
+#: Why a row can still lose: what our step does that the peer's does not.
+MISS_REASON = {
+    ("skyrl", "math"): "skyrl's GSM8kEnv step is one regex search and a string compare of the number "
+    "(no math equivalence: '42.0' scores 0 against '42') returned in a dict; ours parses the whole turn "
+    "(think blocks, markup imitation, tag balance, tool calls), compares exactly as numbers, and builds "
+    "the Turn/Verdict records and the info contract (reward terms, judge/parse/tool diagnostics)",
+    ("gem", "search"): "GEM's QaEnv step is one regex and a SQuAD-normalised compare; ours also parses the "
+    "whole turn and builds the info contract (reward terms, judge/parse/tool diagnostics, retrieval stats)",
+    ("skyrl", "search"): "skyrl's SearchEnv answer step is a substring check, one regex and a SQuAD-normalised "
+    "compare; ours also parses the whole turn and builds the info contract (reward terms, judge/parse/tool "
+    "diagnostics, retrieval stats)",
+    ("skyrl", "sql"): "with the default judges ours also parses the submitted query with sqlglot (pure Python, "
+    "a few hundred us) for the syntax and schema-link partial credit that skyrl-gym does not give",
+}
+#: Why a reset + step row can still lose: what our reset does that the peer's does not.
+RESET_REASON = {
+    "math": "our reset also hands out a fresh copy of the tool schemas in info['tools'] and records the "
+    "episode's RNG state for replay; skyrl-gym's 'reset' (construct + init) only stores the prompt",
+    "search": "our reset also hands out a fresh copy of the tool schemas in info['tools'] and records the "
+    "episode's RNG state for replay",
+    "sql": "our reset also opens and checks the episode's database read-only (file check, connect, PRAGMAs) "
+    "and hands out the tool schemas; skyrl-gym opens its connection inside the step",
+}
 
 
 def build_cases(kind: str, n: int, tmp: Path) -> tuple[TaskSet, list[tuple[Task, str]]]:
@@ -87,36 +122,38 @@ def make_ours(kind: str, tasks: TaskSet, outcome_only: bool) -> ToolEnv:
     return SQLEnv(tasks, **kw)
 
 
-def play_ours(
-    kind: str, tasks: TaskSet, pairs: list[tuple[Task, str]], reps: int, outcome_only: bool
-) -> tuple[list[float], ...]:
-    """Warm-up pass, then ``reps`` passes: mean us per answer step and per episode; verdicts.
-
-    Each pass gets a fresh env (built outside the timer), so no pass reuses the verdicts an
-    earlier pass memoised: every step really parses and judges, as the peers' steps do.
-    """
-    step_us: list[float] = []
-    episode_us: list[float] = []
+def our_pass(kind: str, tasks: TaskSet, episodes: list[tuple[dict[str, str], str]], outcome_only: bool) -> Sample:
+    """One timed pass on a fresh env (built outside the timer, so no pass reuses the verdicts an
+    earlier one memoised): mean us per answer step and per episode, and the outcome verdicts."""
+    env = make_ours(kind, tasks, outcome_only)
+    step_total = episode_total = 0.0
     verdicts: list[float] = []
-    for rep in range(reps + 1):
-        env = make_ours(kind, tasks, outcome_only)
-        step_total = episode_total = 0.0
-        verdicts = []
-        for task, answer in pairs:
-            t0 = time.perf_counter()
-            env.reset(options={"task_id": task.id})
-            t1 = time.perf_counter()
-            _, _, terminated, _, info = env.step(f"<answer>{answer}</answer>")
-            t2 = time.perf_counter()
-            assert terminated and info["reward_status"] == "ok", info
-            verdicts.append(float(info["reward_outcome"] >= 0.5))
-            step_total += t2 - t1
-            episode_total += t2 - t0
-        env.close()
-        if rep:
-            step_us.append(step_total / len(pairs) * 1e6)
-            episode_us.append(episode_total / len(pairs) * 1e6)
-    return step_us, episode_us, verdicts
+    settle()
+    for options, action in episodes:
+        t0 = time.perf_counter()
+        env.reset(options=options)
+        t1 = time.perf_counter()
+        _, _, terminated, _, info = env.step(action)
+        t2 = time.perf_counter()
+        assert terminated and info["reward_status"] == "ok", info
+        verdicts.append(float(info["reward_outcome"] >= 0.5))
+        step_total += t2 - t1
+        episode_total += t2 - t0
+    env.close()
+    return step_total / len(episodes) * 1e6, episode_total / len(episodes) * 1e6, verdicts
+
+
+def parse_cost(pairs: list[tuple[Task, str]], reps: int) -> float:
+    """Median microseconds per action of ``parse_action`` alone on the same answers (a part of our step)."""
+    actions = [f"<answer>{answer}</answer>" for _, answer in pairs]
+    means: list[float] = []
+    for _ in range(reps + 1):
+        settle()
+        t0 = time.perf_counter()
+        for action in actions:
+            parse_action(action)
+        means.append((time.perf_counter() - t0) / len(actions) * 1e6)
+    return median(means[1:])
 
 
 def native(peer: str, kind: str, answer: str) -> str:
@@ -140,8 +177,10 @@ def skyrl_db_root(pairs: list[tuple[Task, str]], tmp: Path) -> Path:
     return root
 
 
-def run_peer(peer: str, python: str, kind: str, pairs: list[tuple[Task, str]], reps: int, tmp: Path) -> dict[str, Any]:
-    """Run ``peer_worker.py`` in the peer's Python on the same cases; its JSON report."""
+def start_peer(peer: str, python: Path, kind: str, pairs: list[tuple[Task, str]], tmp: Path) -> PeerSession | str:
+    """A running ``peer_worker.py`` in the peer's Python on the same cases, or why there is none."""
+    if not python.exists():
+        return f"peer not installed ({python} not found): run `make bench-peers`"
     cases = [
         {
             "prompt": task.prompt,
@@ -153,25 +192,29 @@ def run_peer(peer: str, python: str, kind: str, pairs: list[tuple[Task, str]], r
     ]
     db_root = str(skyrl_db_root(pairs, tmp)) if kind == "sql" and peer == "skyrl" else ""
     job = tmp / f"job-{peer}-{kind}.json"
-    job.write_text(json.dumps({"peer": peer, "kind": kind, "reps": reps, "db_root": db_root, "cases": cases}))
-    proc = subprocess.run(
-        [python, str(HERE / "peer_worker.py"), str(job)], capture_output=True, text=True, timeout=900, cwd=tmp
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        return {"error": f"worker exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
-    report: dict[str, Any] = json.loads(lines[-1])
-    return report
+    job.write_text(json.dumps({"peer": peer, "kind": kind, "db_root": db_root, "cases": cases}))
+    session = PeerSession(str(python), job, cwd=tmp)
+    if session.error:
+        session.close()
+        return session.error
+    return session
 
 
-def compare(kind: str, peer: str, ours: dict[str, tuple[list[float], ...]], theirs: dict[str, Any]) -> None:
+def compare(
+    kind: str,
+    peer: str,
+    ours: dict[str, tuple[list[float], list[float], list[float]]],
+    theirs: dict[str, Any],
+    extra: list[str],
+) -> None:
     """Print the human rows and the RESULT lines of one (env, peer) comparison.
 
     ``ours`` maps ``"outcome"`` (the outcome judge alone: the same work as the peer) and
-    ``"default"`` (the env's default judge expression) to :func:`play_ours` results.
+    ``"default"`` (the env's default judge expression) to :func:`play_ours` results; ``extra``
+    names the judges the default expression runs beyond the outcome judge.
     """
     label, env_id = PEERS[peer][0], ENV_IDS[kind]
-    base = f"{label} {theirs['env']}"
+    base = f"{label} {theirs.get('version', '')} {theirs['env']}".replace("  ", " ")
     rows = [
         ("outcome", 0, "step_us", f"answer step, {OUTCOME_ONLY[kind]} only"),
         ("default", 0, "step_us", "answer step, default judges"),
@@ -180,19 +223,66 @@ def compare(kind: str, peer: str, ours: dict[str, tuple[list[float], ...]], thei
     for config, i, key, what in rows:
         mine = ours[config][i]
         o, t = median(mine), median(theirs[key])
-        print(f"{env_id:<14} {what:<44} ours {o:8.1f} us  {base:<20} {t:8.1f} us  {t / o:5.2f}x")
-        note = "ours also runs format/tool/process judges" if config == "default" else ""
+        print(f"{env_id:<14} {what:<46} ours {o:8.1f} us  {base:<26} {t:8.1f} us  {t / o:5.2f}x")
+        note = f"ours also runs {', '.join(extra)}" if config == "default" else ""
+        if t < o:
+            why = RESET_REASON[kind] if key == "episode_us" else ""
+            if config == "default" or kind != "sql":
+                why = "; ".join(filter(None, [MISS_REASON.get((peer, kind), ""), why]))
+            note = "; ".join(filter(None, [note, why]))
         spreads = f"ours {spread(mine)}, {label} {spread(theirs[key])}"
-        emit("envs", f"{env_id} {what}", o, t, f"{base}, same tasks and answers", "us", "lower", spreads, note)
+        emit("envs", f"{env_id} {what}", o, t, f"{base}, {SAME}", "us", "lower", spreads, note)
     agree = sum((a >= 0.5) == (r >= 0.5) for a, r in zip(ours["outcome"][2], theirs["rewards"], strict=True))
     n = len(ours["outcome"][2])
-    print(f"{env_id:<14} {'outcome agreement':<44} {agree}/{n} cases agree with {base}")
+    print(f"{env_id:<14} {'outcome agreement':<46} {agree}/{n} cases agree with {base}")
     emit("envs", f"{env_id} reward agreement with {label}", agree, n, f"{base}: all cases", "cases agreeing", "higher")
 
 
-def peer_python(peer: str, override: str) -> str:
-    name, var, venv = PEERS[peer]
-    return override or os.environ.get(var, "") or str(Path(venv) / "bin" / "python")
+def peer_python(peer: str, override: str) -> Path:
+    """The peer's interpreter: ``--<peer>-python``, ``$<PEER>_PYTHON``, else ``.venv-peers/<peer>``."""
+    given = override or os.environ.get(PEERS[peer][1], "")
+    return Path(given).absolute() if given else PEERS_DIR / peer / "bin" / "python"
+
+
+def default_extras(kind: str, tasks: TaskSet) -> list[str]:
+    """The judges of ``kind``'s default expression other than its outcome judge."""
+    env = make_ours(kind, tasks, outcome_only=False)
+    env.close()
+    return [jid for jid in env.judge_spec.ids if jid != OUTCOME_ONLY[kind]]
+
+
+def measure(kind: str, tasks: TaskSet, pairs: list[tuple[Task, str]], args: argparse.Namespace, tmp: Path) -> None:
+    """Interleave our passes (both judge configs) with every peer's, then print the comparisons."""
+    episodes = [({"task_id": task.id}, f"<answer>{answer}</answer>") for task, answer in pairs]
+    peers: dict[str, PeerSession | str] = {
+        peer: start_peer(peer, peer_python(peer, getattr(args, f"{peer}_python")), kind, pairs, tmp) for peer in PEERS
+    }
+    ours: dict[str, tuple[list[float], list[float], list[float]]] = {c: ([], [], []) for c in ("outcome", "default")}
+    theirs: dict[str, dict[str, Any]] = {p: {"step_us": [], "episode_us": []} for p in PEERS}
+    for rep in range(args.reps + 1):  # pass 0 of every side is the warm-up
+        for config, (steps, eps, verdicts) in ours.items():
+            step_us, episode_us, verdicts[:] = our_pass(kind, tasks, episodes, config == "outcome")
+            if rep:
+                steps.append(step_us)
+                eps.append(episode_us)
+        for peer, session in peers.items():
+            if isinstance(session, PeerSession) and not session.error:
+                reply = session.ask("pass")
+                for key in ("step_us", "episode_us"):
+                    if rep and key in reply:
+                        theirs[peer][key].append(reply[key])
+    print(f"\n{ENV_IDS[kind]}: {len(pairs)} episodes per pass, {args.reps} passes after a warm-up, interleaved")
+    print(f"{ENV_IDS[kind]:<14} of our answer step, parse_action alone takes {parse_cost(pairs, args.reps):.1f} us")
+    for peer, session in peers.items():
+        reply = session.ask("end") if isinstance(session, PeerSession) else {"error": session}
+        if isinstance(session, PeerSession):
+            theirs[peer] |= {**session.hello, **reply}
+            session.close()
+        if "error" in reply:
+            print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer][0]}: skipped, {reply['error']}")
+            skipped("envs", f"{ENV_IDS[kind]} vs {PEERS[peer][0]}", PEERS[peer][0], str(reply["error"]), "us")
+            continue
+        compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks))
 
 
 def main() -> None:
@@ -207,24 +297,7 @@ def main() -> None:
         tmp = Path(tmpdir)
         for kind in ENV_IDS:
             tasks, pairs = build_cases(kind, args.tasks, tmp)
-            ours = {
-                config: play_ours(kind, tasks, pairs, args.reps, config == "outcome")
-                for config in ("outcome", "default")
-            }
-            print(f"\n{ENV_IDS[kind]}: {len(pairs)} episodes per pass, {args.reps} passes after a warm-up")
-            for peer in PEERS:
-                python = peer_python(peer, getattr(args, f"{peer}_python"))
-                if not Path(python).exists():
-                    reason = f"{python} not found (see this script's docstring to install {PEERS[peer][0]})"
-                    print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer][0]}: skipped, {reason}")
-                    skipped("envs", f"{ENV_IDS[kind]} vs {PEERS[peer][0]}", PEERS[peer][0], reason, "us")
-                    continue
-                theirs = run_peer(peer, python, kind, pairs, args.reps, tmp)
-                if "error" in theirs:
-                    print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer][0]}: skipped, {theirs['error']}")
-                    skipped("envs", f"{ENV_IDS[kind]} vs {PEERS[peer][0]}", PEERS[peer][0], theirs["error"], "us")
-                    continue
-                compare(kind, peer, ours, theirs)
+            measure(kind, tasks, pairs, args, tmp)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,33 @@
 """Drive a peer suite's env (GEM or skyrl-gym) on given cases and report timings and rewards.
 
-Runs inside the peer's own virtualenv (it imports nothing from prm-gym)::
+Runs inside the peer's own virtualenv (it imports nothing from prm-gym, only the stdlib-only
+``result_line`` beside it)::
 
-    /tmp/gem-venv/bin/python benchmarks/peer_worker.py job.json
+    .venv-peers/gem/bin/python benchmarks/peer_worker.py job.json
 
-``job.json`` holds ``{"peer": "gem"|"skyrl", "kind": "math"|"search"|"sql", "reps": N,
-"db_root": "...", "cases": [{"prompt", "gold", "action", "db_id"}, ...]}``; each ``action`` is
-already in the peer's native format. The worker plays every case as one episode (reset, then the
-final answer step), once as warm-up and ``reps`` times measured, and prints one JSON line:
-``{"step_us": [per rep], "episode_us": [per rep], "rewards": [per case], "env": "<class>"}``,
-or ``{"error": "..."}`` when the peer cannot run this kind.
+``job.json`` holds ``{"peer": "gem"|"skyrl", "kind": "math"|"search"|"sql", "db_root": "...",
+"cases": [{"prompt", "gold", "action", "db_id"}, ...]}``; each ``action`` is already in the peer's
+native format. The worker builds the peer's envs and prints one JSON line,
+``{"ready": true, "env": "<class>", "version": "<distribution version>"}`` or ``{"error": "..."}``
+when the peer cannot run this kind; then, for each line ``pass`` read from stdin, it plays every
+case as one episode (reset, then the final answer step) and prints
+``{"step_us": <mean>, "episode_us": <mean>}``; on ``end`` it prints ``{"rewards": [per case]}``
+(of the last pass) and exits. ``benchmarks/peer_client.py`` drives it, so the peer's passes
+interleave with ours and both sides see the same machine load.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from result_line import settle  # stdlib only: importable from the peer's own Python
 
 Episode = tuple[Callable[[], object], Callable[[], float]]  # (reset, step -> reward)
 #: (episodes, env class name, close, rewards by case index when the peer plays cases out of order)
@@ -104,26 +111,24 @@ def skyrl_episodes(kind: str, cases: list[dict[str, Any]], db_root: str) -> Made
     return episodes, {"math": "GSM8kEnv", "search": "SearchEnv", "sql": "SQLEnv"}[kind], lambda: None, {}
 
 
-def play(episodes: list[Episode], reps: int) -> tuple[list[float], list[float], list[float]]:
-    """Warm-up pass, then ``reps`` passes: mean us per step and per episode, and the rewards."""
-    step_us: list[float] = []
-    episode_us: list[float] = []
+def one_pass(episodes: list[Episode]) -> tuple[float, float, list[float]]:
+    """One pass over every case: mean us per step and per episode (reset + step), and the rewards."""
+    step_total = episode_total = 0.0
     rewards: list[float] = []
-    for rep in range(reps + 1):
-        step_total = episode_total = 0.0
-        rewards = []
-        for reset, step in episodes:
-            t0 = time.perf_counter()
-            reset()
-            t1 = time.perf_counter()
-            rewards.append(step())
-            t2 = time.perf_counter()
-            step_total += t2 - t1
-            episode_total += t2 - t0
-        if rep:  # rep 0 is the warm-up
-            step_us.append(step_total / len(episodes) * 1e6)
-            episode_us.append(episode_total / len(episodes) * 1e6)
-    return step_us, episode_us, rewards
+    settle()
+    for reset, step in episodes:
+        t0 = time.perf_counter()
+        reset()
+        t1 = time.perf_counter()
+        rewards.append(step())
+        t2 = time.perf_counter()
+        step_total += t2 - t1
+        episode_total += t2 - t0
+    return step_total / len(episodes) * 1e6, episode_total / len(episodes) * 1e6, rewards
+
+
+def say(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
 
 
 def main() -> None:
@@ -134,14 +139,24 @@ def main() -> None:
             episodes, name, close, by_case = gem_episodes(job["kind"], job["cases"])
         else:
             episodes, name, close, by_case = skyrl_episodes(job["kind"], job["cases"], job.get("db_root", ""))
-        step_us, episode_us, rewards = play(episodes, int(job["reps"]))
-        close()
-        if by_case:
-            rewards = [by_case[i] for i in range(len(job["cases"]))]
+        version = importlib.metadata.version("gem-llm" if job["peer"] == "gem" else "skyrl-gym")
     except Exception as exc:  # reported as a skipped row, with the reason
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        say({"error": f"{type(exc).__name__}: {exc}"})
         return
-    print(json.dumps({"step_us": step_us, "episode_us": episode_us, "rewards": rewards, "env": name}))
+    say({"ready": True, "env": name, "version": version})
+    rewards: list[float] = []
+    for command in sys.stdin:  # "pass" runs one timed pass; "end" reports the last pass's rewards
+        try:
+            if command.strip() == "pass":
+                step_us, episode_us, rewards = one_pass(episodes)
+                say({"step_us": step_us, "episode_us": episode_us})
+                continue
+            close()
+        except Exception as exc:
+            say({"error": f"{type(exc).__name__}: {exc}"})
+            return
+        say({"rewards": [by_case[i] for i in range(len(job["cases"]))] if by_case else rewards})
+        return
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ so they do not disturb each other), gathers every ``RESULT`` line into ONE summa
 of the page (ratio, raw numbers, what the baseline is), lists the rows that could not be run with
 the reason, and pastes each script's raw output below.
 
-    python benchmarks/run_all.py [--only sql,search] [--out docs/benchmarks.md]
+    python benchmarks/run_all.py [--only sql,search [--update]] [--out docs/benchmarks.md]
+
+With ``--update``, only the ``--only`` benches' rows and raw output are replaced in the existing
+page (``benchmarks/page_merge.py``); every other bench's rows stay as they were, and the page's head
+says which benches were rerun, when, and under what load.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from page_merge import merge_pages
 from result_line import parse
 
 HERE = Path(__file__).resolve().parent
@@ -80,6 +85,15 @@ def summary(results: list[dict[str, Any]], failures: list[tuple[str, str]]) -> l
             f"| {r.get('bench', '?')} | {r['row']} | {ratio} | {_num(r.get('ours'))} | {_num(r.get('baseline'))} "
             f"| {r.get('unit', '')}{better} | {r.get('baseline_name', '')}{note} | {r.get('spread', '')} |"
         )
+    behind = [r for r in measured if r.get("ratio") is not None and float(r["ratio"]) < 1.0]
+    if behind:
+        lines += ["", "Rows where the suite is behind its baseline (ratio below 1x), and why:", ""]
+        for r in behind:
+            why = r.get("note") or "no reason recorded"
+            lines.append(
+                f"- {r.get('bench', '?')} / {r['row']} vs {r.get('baseline_name', '?')}: "
+                f"{float(r['ratio']):.2f}x; {why}"
+            )
     rest = [r for r in results if r.get("skipped")]
     if rest or failures:
         lines += ["", "Rows that could not be run:", ""]
@@ -102,21 +116,13 @@ def run(script: Path, timeout_s: float) -> tuple[int, float, str]:
     return code, time.perf_counter() - start, out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="", help="comma-separated names, e.g. sql,search (default: all)")
-    ap.add_argument("--out", default=str(HERE.parent / "docs" / "benchmarks.md"))
-    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds allowed per script")
-    args = ap.parse_args()
-    wanted = {w.strip() for w in args.only.split(",") if w.strip()}
-    scripts = [s for s in sorted(HERE.glob("bench_*.py")) if not wanted or s.stem.removeprefix("bench_") in wanted]
-    if not scripts:
-        print(f"no benchmark matches --only {args.only!r}", file=sys.stderr)
-        return 2
-    head = [
+def page_head() -> list[str]:
+    """The page's opening lines: how to regenerate it, the machine, its load, the date."""
+    return [
         "# Benchmarks",
         "",
-        "Regenerate with `make bench` (or `python benchmarks/run_all.py`).",
+        "Regenerate with `make bench` (or `python benchmarks/run_all.py`; the peer suites of the `envs` rows",
+        "come from `make bench-peers`, pinned in `benchmarks/peers/`).",
         "",
         f"Machine: {machine()}.",
         f"Load average before the run: {load()}.",
@@ -125,11 +131,30 @@ def main() -> int:
         "Every ratio is against a baseline measured in the same run of the same script.",
         "",
     ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="comma-separated names, e.g. sql,search (default: all)")
+    ap.add_argument("--out", default=str(HERE.parent / "docs" / "benchmarks.md"))
+    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds allowed per script")
+    ap.add_argument("--update", action="store_true", help="with --only: replace only those benches in --out")
+    args = ap.parse_args()
+    wanted = {w.strip() for w in args.only.split(",") if w.strip()}
+    if args.update and not (wanted and Path(args.out).exists()):
+        print("--update needs --only and an existing --out page", file=sys.stderr)
+        return 2
+    scripts = [s for s in sorted(HERE.glob("bench_*.py")) if not wanted or s.stem.removeprefix("bench_") in wanted]
+    if not scripts:
+        print(f"no benchmark matches --only {args.only!r}", file=sys.stderr)
+        return 2
+    head = page_head()
     body: list[str] = ["## Raw output", ""]
     results: list[dict[str, Any]] = []
     failures: list[tuple[str, str]] = []
     for script in scripts:
         print(f"running {script.name} ...", flush=True)
+        before = load()
         code, seconds, out = run(script, args.timeout)
         name = script.stem.removeprefix("bench_")
         found = parse(out)
@@ -143,13 +168,21 @@ def main() -> int:
             failures.append((script.name, "printed no RESULT line"))
         status = "ok" if code == 0 else f"exit {code}"
         raw = "\n".join(ln for ln in out.rstrip().splitlines() if not ln.startswith("RESULT "))
-        body += [f"### {name}", "", f"`{script.name}`: {status}, {seconds:.0f} s.", ""]
+        body += [f"### {name}", "", f"`{script.name}`: {status}, {seconds:.0f} s, load average before it {before}.", ""]
         body += ["```", raw, "```", ""]
         print(out.rstrip())
     failed = sum(1 for _, why in failures if why.startswith("exit"))
-    head[5] += f" Load average after: {load()}."
+    at = next(i for i, line in enumerate(head) if line.startswith("Load average before"))
+    head[at] += f" Load average after: {load()}. The machine is shared (2 cores): compare ratios, not raw numbers."
+    page = "\n".join(head + summary(results, failures) + body) + "\n"
+    if args.update:
+        note = (
+            f"Rows of {', '.join(sorted(wanted))} rerun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+            f"(`run_all.py --only {args.only} --update`); for that rerun, l{head[at][1:]}"
+        )
+        page = merge_pages(Path(args.out).read_text(), page, wanted, note)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(head + summary(results, failures) + body) + "\n")
+    Path(args.out).write_text(page)
     print(f"wrote {args.out} ({len(scripts)} scripts, {failed} failed)")
     return 1 if failed else 0
 

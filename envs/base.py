@@ -21,6 +21,7 @@ import asyncio
 import copy
 import inspect
 import json
+import marshal
 import math
 import threading
 import time
@@ -106,13 +107,17 @@ class ToolEnv(gym.Env[str, str]):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}.")
         self.tasks = tasks
         self.tools = {t.name: t for t in tools}
-        self._schemas_json = json.dumps([t.schema for t in self.tools.values()])
+        # The schemas as JSON data (a JSON round trip), kept marshalled: every read gets its own deep copy.
+        self._schemas_blob = marshal.dumps(json.loads(json.dumps([t.schema for t in self.tools.values()])))
         self.judge_spec = parse_judge_spec(judge)
         kw = judge_kwargs or {}
         self.judges: list[tuple[float, Judge | AsyncJudge]] = [
             (w, make_judge(jid, **kw.get(jid, {}))) for w, jid in self.judge_spec.items
         ]
         self.reward_terms: list[str] = list(dict.fromkeys(j.term for _, j in self.judges))
+        self._term_keys = tuple((term, f"reward_{term}") for term in self.reward_terms)
+        # (weight, judge, final-only, memoised) per judge, resolved once instead of on every step
+        self._judge_plan = tuple((w, j, j.scope == "final", bool(getattr(j, "memoize", True))) for w, j in self.judges)
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
         self.max_tool_output_chars = max_tool_output_chars
@@ -148,7 +153,8 @@ class ToolEnv(gym.Env[str, str]):
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools in OpenAI function-calling format, for rendering into a chat template."""
-        return list(json.loads(self._schemas_json))
+        schemas: list[dict[str, Any]] = marshal.loads(self._schemas_blob)
+        return schemas
 
     @property
     def actions(self) -> list[str]:
@@ -159,7 +165,7 @@ class ToolEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         if self._closed:
             raise gym.error.Error("reset() on a closed env; make a new one.")
-        opts = dict(options or {})
+        opts = options or {}
         task = self.tasks.get(opts["task_id"]) if "task_id" in opts else self.tasks.sample(self.np_random)
         self._episode_rng_state = dict(self.np_random.bit_generator.state)  # a fresh dict per call
         return self._begin(task)
@@ -176,33 +182,26 @@ class ToolEnv(gym.Env[str, str]):
         if self._task is None or self._done:
             raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
         parsed = parse_action(action, answer_tag=self.answer_tag, max_chars=self.max_action_chars)
-        results = [self._call_tool(c) for c in parsed.tool_calls] if parsed.ok else []
-        terminated = parsed.ok and parsed.answer is not None
+        ok = not parsed.issues
+        results = [self._call_tool(c) for c in parsed.tool_calls] if ok and parsed.tool_calls else []
+        terminated = ok and parsed.answer is not None
         index = len(self._actions)
         truncated = not terminated and index + 1 >= self.max_turns
         obs = self.observe(parsed, results, terminated)
         turn = Turn(self._task, index, parsed.text, parsed, tuple(results), tuple(self._history), terminated)
         terms, judge_info, judge_failed = self._judge(turn)
-        infra = judge_failed or any(r.infra_error for r in results)
+        infra = judge_failed or (bool(results) and any(r.infra_error for r in results))
         self._actions.append(parsed.text)
         self._history.append((parsed.text, obs))
         self._done = terminated or truncated
-        info: dict[str, Any] = {f"reward_{k}": v for k, v in terms.items()}
-        info.update(
-            reward_status="infra_error" if infra else "ok",
-            task_id=self._task.id,
-            turn=index + 1,
-            answer=parsed.answer if terminated and parsed.answer is not None else "",
-            judge=judge_info,
-            parse={"ok": parsed.ok, "issues": ",".join(i.code for i in parsed.issues)},
-            tool={
-                "calls": len(results),
-                "failed": sum(not r.ok for r in results),
-                "ok": all(r.ok for r in results),
-                "name": ",".join(r.name for r in results),
-                "latency_s": float(sum(r.latency_s for r in results)),
-            },
-        )
+        info: dict[str, Any] = {key: terms[term] for term, key in self._term_keys}
+        info["reward_status"] = "infra_error" if infra else "ok"
+        info["task_id"] = self._task.id
+        info["turn"] = index + 1
+        info["answer"] = parsed.answer if terminated and parsed.answer is not None else ""
+        info["judge"] = judge_info
+        info["parse"] = {"ok": ok, "issues": ",".join(i.code for i in parsed.issues)}
+        info["tool"] = _tool_info(results)
         return obs, weighted_sum(terms), terminated, truncated, info
 
     def observe(self, parsed: ParsedAction, results: Sequence[ToolResult], terminated: bool) -> str:
@@ -295,10 +294,9 @@ class ToolEnv(gym.Env[str, str]):
         info: dict[str, dict[str, Any]] = {}
         failed = False
         key: str | None = None
-        for weight, judge in self.judges:
-            if judge.scope == "final" and not turn.final:
+        for weight, judge, final_only, memo in self._judge_plan:  # cheap deterministic judges do not memoise
+            if final_only and not turn.final:
                 continue
-            memo = getattr(judge, "memoize", True)  # cheap deterministic judges opt out
             try:
                 if memo and key is None:
                     key = turn.content_hash()
@@ -322,6 +320,19 @@ class ToolEnv(gym.Env[str, str]):
         self._verdicts[key] = verdict
         if len(self._verdicts) > MAX_MEMO:
             del self._verdicts[next(iter(self._verdicts))]
+
+
+def _tool_info(results: Sequence[ToolResult]) -> dict[str, Any]:
+    """``info["tool"]``: how many calls this turn made and failed, their names and latency."""
+    if not results:
+        return {"calls": 0, "failed": 0, "ok": True, "name": "", "latency_s": 0.0}
+    return {
+        "calls": len(results),
+        "failed": sum(not r.ok for r in results),
+        "ok": all(r.ok for r in results),
+        "name": ",".join(r.name for r in results),
+        "latency_s": float(sum(r.latency_s for r in results)),
+    }
 
 
 async def _await(awaitable: Any) -> Any:

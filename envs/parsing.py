@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 #: Longest action the parser will look at, in characters; longer ones are flagged unparsed.
@@ -109,11 +110,12 @@ def coerce_text(action: Any) -> tuple[str, list[ParseIssue]]:
         text = action
     else:
         return "", [ParseIssue("not_text", f"The action must be text, got {type(action).__name__}.")]
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", errors="replace").decode("utf-8")
-        issues.append(ParseIssue("invalid_unicode", "The action holds unpaired surrogates."))
+    if not text.isascii():  # only non-ASCII text can hold surrogates
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", errors="replace").decode("utf-8")
+            issues.append(ParseIssue("invalid_unicode", "The action holds unpaired surrogates."))
     if _CONTROL_RE.search(text):
         text = _CONTROL_RE.sub("", text)
         issues.append(ParseIssue("control_chars", "The action holds control characters."))
@@ -145,12 +147,38 @@ def _parse_call(body: str) -> ToolCall | ParseIssue:
     return ToolCall(obj["name"], args)
 
 
+@lru_cache(maxsize=64)
+def _tag_pattern(tag: str) -> tuple[str, str, re.Pattern[str]]:
+    """The opening tag, the closing tag and the compiled body pattern of ``tag`` (built once)."""
+    open_t, close_t = f"<{tag}>", f"</{tag}>"
+    return open_t, close_t, re.compile(re.escape(open_t) + r"(.*?)" + re.escape(close_t), re.DOTALL)
+
+
 def _find_tagged(text: str, tag: str) -> tuple[list[str], bool]:
     """Bodies of ``<tag>...</tag>`` and whether every opened tag was closed."""
-    open_t, close_t = f"<{tag}>", f"</{tag}>"
-    bodies = re.findall(re.escape(open_t) + r"(.*?)" + re.escape(close_t), text, re.DOTALL)
+    open_t, close_t, pattern = _tag_pattern(tag)
+    if open_t not in text and close_t not in text:
+        return [], True
+    bodies = pattern.findall(text)
     balanced = text.count(open_t) == len(bodies) == text.count(close_t)
     return bodies, balanced
+
+
+@lru_cache(maxsize=64)
+def _plain_answer_pattern(tag: str) -> re.Pattern[str] | None:
+    """``<tag>body</tag>`` alone (spaces, tabs and newlines around it allowed) whose body holds no
+    ``<``, control character or surrogate: the usual final turn, which the general parse would
+    accept as exactly that answer with no issue. None for a tag that is itself markup or a tag
+    the parser gives another meaning (``think``, ``tool_call``)."""
+    open_t, close_t = f"<{tag}>", f"</{tag}>"
+    if tag in ("think", "tool_call") or any(m in open_t + close_t for m in ENV_MARKUP):
+        return None
+    body = r"([^<\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]*)"
+    return re.compile(rf"[ \t\n\r]*{re.escape(open_t)}{body}{re.escape(close_t)}[ \t\n\r]*")
+
+
+#: The environment markup that is not a tag (so it could sit inside a plain answer's body).
+_UNTAGGED_MARKUP_RE = re.compile("|".join(re.escape(m) for m in ENV_MARKUP if "<" not in m) or "(?!)")
 
 
 def parse_action(
@@ -168,6 +196,16 @@ def parse_action(
         max_chars: actions longer than this are flagged ``action_too_long`` and not parsed.
         max_tool_calls: more calls than this in one turn are flagged ``too_many_tool_calls``.
     """
+    if isinstance(action, str) and len(action) <= max_chars:  # fast path: a plain final answer
+        plain = _plain_answer_pattern(answer_tag)
+        found = plain.fullmatch(action) if plain is not None else None
+        if found is not None and _UNTAGGED_MARKUP_RE.search(body := found.group(1)) is None:
+            return ParsedAction(action, (), body.strip())
+    return parse_general(action, answer_tag=answer_tag, max_chars=max_chars, max_tool_calls=max_tool_calls)
+
+
+def parse_general(action: Any, *, answer_tag: str, max_chars: int, max_tool_calls: int) -> ParsedAction:
+    """:func:`parse_action` without its fast path (which must always give what this gives)."""
     text, issues = coerce_text(action)
     if not isinstance(action, str | bytes | bytearray):
         return ParsedAction(text, issues=tuple(issues))
@@ -176,7 +214,7 @@ def parse_action(
             ParseIssue("action_too_long", f"The action has {len(text)} characters; the limit is {max_chars}.")
         )
         return ParsedAction(text[:max_chars], issues=tuple(issues))
-    visible = _THINK_RE.sub("", text)
+    visible = _THINK_RE.sub("", text) if "<think>" in text else text
     imitated = [m for m in ENV_MARKUP if m in visible]
     if imitated:
         issues.append(

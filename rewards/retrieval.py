@@ -24,6 +24,7 @@ from rewards.rule import gold_answers, normalize_answer
 from rewards.types import Turn, Verdict
 
 _HEADER_RE = re.compile(r"^Doc \d+ \[id=([^\]\n]*)\] Title: (.*)$", re.MULTILINE)
+_NO_PASSAGES = Verdict(0.0, detail="no passages")  # frozen: one shared instance
 
 
 def retrieved(outputs: Iterable[str]) -> tuple[set[str], set[str]]:
@@ -48,6 +49,7 @@ class RetrievalJudge:
     name = "rule/retrieval"
     term = "retrieval"
     scope = "turn"
+    memoize = False  # cheap and deterministic: recomputing beats hashing the turn and its history
 
     def score(self, turns: Sequence[Turn]) -> list[Verdict]:
         return [self.score_one(t) for t in turns]
@@ -55,7 +57,7 @@ class RetrievalJudge:
     def score_one(self, turn: Turn) -> Verdict:
         now = [r.output for r in turn.tool_results if r.ok]
         if not now:
-            return Verdict(0.0, detail="no passages")
+            return _NO_PASSAGES
         before = [obs for _, obs in turn.history]
         meta = turn.task.meta
         for key, pos in (("gold_ids", 0), ("gold_titles", 1)):

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from envs.errors import JudgeError
@@ -34,9 +35,17 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 _VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="math-verify")
 
 
-def _plain_number(text: str) -> Fraction | None:
+_NUMBER_RE = re.compile(r"[-+]?\d+(?:\.\d+)?|[-+]?\d+/\d+")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+
+
+def _plain_number(text: str) -> Fraction | int | None:
+    """``text`` as an exact number when it is a plain integer, decimal or fraction, else None."""
     s = text.strip().strip("$").replace(",", "").replace(" ", "")
-    if re.fullmatch(r"[-+]?\d+(\.\d+)?", s) or re.fullmatch(r"[-+]?\d+/\d+", s):
+    if s.isdecimal() or (s[:1] in ("+", "-") and s[1:].isdecimal()):  # an integer: no Fraction needed
+        return int(s)
+    if _NUMBER_RE.fullmatch(s):
         try:
             return Fraction(s)
         except (ValueError, ZeroDivisionError):
@@ -76,10 +85,12 @@ def math_equal(gold: str, answer: str, timeout_s: float = 5.0) -> bool:
 
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    text = _ARTICLES_RE.sub(" ", text.lower().translate(_PUNCTUATION))
     return " ".join(text.split())
+
+
+#: Gold answers repeat every episode of a task: normalised once (submitted answers are not cached).
+_normalized_gold = lru_cache(maxsize=65_536)(normalize_answer)
 
 
 def token_f1(gold: str, answer: str) -> float:
@@ -98,6 +109,13 @@ def gold_answers(answer: Any) -> list[str]:
     if isinstance(answer, list | tuple):
         return [str(a) for a in answer]
     return [str(answer)]
+
+
+# Verdicts are frozen, so the common ones are built once and shared.
+_NO_ANSWER = Verdict(0.0, detail="no answer")
+_ZERO = Verdict(0.0)
+_MATCH = {True: Verdict(1.0, detail="equal"), False: Verdict(0.0, detail="not equal")}
+_EXACT = {True: Verdict(1.0), False: _ZERO}
 
 
 class _RuleJudge:
@@ -127,9 +145,9 @@ class MathEquivJudge(_RuleJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         if turn.answer is None:
-            return Verdict(0.0, detail="no answer")
+            return _NO_ANSWER
         ok = any(math_equal(g, turn.answer, self.timeout_s) for g in gold_answers(turn.task.answer))
-        return Verdict(1.0 if ok else 0.0, detail="equal" if ok else "not equal")
+        return _MATCH[ok]
 
 
 class ExactMatchJudge(_RuleJudge):
@@ -139,10 +157,10 @@ class ExactMatchJudge(_RuleJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         if turn.answer is None:
-            return Verdict(0.0, detail="no answer")
+            return _NO_ANSWER
         pred = normalize_answer(turn.answer)
-        ok = any(pred == normalize_answer(g) for g in gold_answers(turn.task.answer))
-        return Verdict(float(ok))
+        ok = any(pred == _normalized_gold(g) for g in gold_answers(turn.task.answer))
+        return _EXACT[ok]
 
 
 class F1Judge(_RuleJudge):
@@ -152,7 +170,7 @@ class F1Judge(_RuleJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         if turn.answer is None:
-            return Verdict(0.0, detail="no answer")
+            return _NO_ANSWER
         return Verdict(max(token_f1(g, turn.answer) for g in gold_answers(turn.task.answer)))
 
 
@@ -165,7 +183,7 @@ class FormatJudge(_RuleJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         if turn.parsed.ok:
-            return Verdict(0.0)
+            return _ZERO
         return Verdict(-1.0, detail=",".join(i.code for i in turn.parsed.issues))
 
 
@@ -182,6 +200,6 @@ class ToolErrorJudge(_RuleJudge):
     def score_one(self, turn: Turn) -> Verdict:
         calls = [r for r in turn.tool_results if not r.infra_error]
         if not calls:
-            return Verdict(0.0)
+            return _ZERO
         failed = sum(not r.ok for r in calls)
         return Verdict(-failed / len(calls))

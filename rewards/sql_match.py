@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 import sqlglot
@@ -41,13 +43,55 @@ _ORDER_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)
 _MAX_OPEN = 32
 
 
+@dataclass(frozen=True)
+class SQLShape:
+    """What one sqlglot parse of a query tells the judges.
+
+    Attributes:
+        read_only: sqlglot parses exactly one SELECT / set-operation statement.
+        items: the tables and columns it mentions (``table:<name>``, ``column:<name>``, lower-cased),
+            or None when it does not parse.
+        orders: the outermost query has an ORDER BY (so row order matters).
+    """
+
+    read_only: bool
+    items: frozenset[str] | None
+    orders: bool
+
+
+def _shape(sql: str) -> SQLShape:
+    """Parse ``sql`` once and read everything the judges need from the tree."""
+    try:
+        trees = sqlglot.parse(sql, read="sqlite")
+    except Exception:
+        return SQLShape(False, None, bool(_ORDER_RE.search(sql)))
+    if not trees or trees[0] is None:
+        return SQLShape(False, None, bool(_ORDER_RE.search(sql)))
+    found = [t for t in trees if t is not None]
+    read_only = len(found) == 1 and isinstance(found[0], exp.Query)
+    tree = exp.Block(expressions=trees) if len(trees) > 1 else trees[0]  # what sqlglot.parse_one returns
+    ctes, tables, columns = set(), [], set()
+    for node in tree.walk():
+        if isinstance(node, exp.CTE):
+            ctes.add(node.alias_or_name.lower())
+        elif isinstance(node, exp.Table):
+            tables.append(node.name.lower())
+        elif isinstance(node, exp.Column) and node.name:
+            columns.add(f"column:{node.name.lower()}")
+    items = frozenset({f"table:{t}" for t in tables if t not in ctes} | columns)
+    return SQLShape(read_only, items, tree.args.get("order") is not None)
+
+
+#: Submitted queries: a small cache, so a query is parsed once per turn however many judges read it
+#: (and once for a run of identical submissions, as in a GRPO group), not across a whole epoch.
+sql_shape = lru_cache(maxsize=32)(_shape)
+#: Gold queries never change: parsed once per task for the life of the process.
+gold_shape = lru_cache(maxsize=16384)(_shape)
+
+
 def gold_orders(sql: str) -> bool:
     """True when the outermost query of ``sql`` has an ORDER BY (so row order matters)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except Exception:
-        return bool(_ORDER_RE.search(sql))
-    return tree.args.get("order") is not None
+    return gold_shape(sql).orders
 
 
 def rows_match(
@@ -83,38 +127,33 @@ def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
 
 def schema_items(sql: str) -> set[str] | None:
     """The tables and columns ``sql`` mentions (lower-cased), or None if it does not parse."""
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except Exception:
-        return None
-    if tree is None:
-        return None
-    cte_names = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    tables = {f"table:{t.name.lower()}" for t in tree.find_all(exp.Table) if t.name.lower() not in cte_names}
-    columns = {f"column:{c.name.lower()}" for c in tree.find_all(exp.Column) if c.name}
-    return tables | columns
+    items = sql_shape(sql).items
+    return None if items is None else set(items)
 
 
 def is_read_only_query(sql: str) -> bool:
     """True when sqlglot parses ``sql`` as exactly one SELECT / set operation query."""
-    try:
-        trees = sqlglot.parse(sql, read="sqlite")
-    except Exception:
-        return False
-    trees = [t for t in trees if t is not None]
-    return len(trees) == 1 and isinstance(trees[0], exp.Query)
+    return sql_shape(sql).read_only
 
 
 def _db_key(turn: Turn) -> str:
     return str(turn.task.meta.get("db_dsn") or turn.task.meta.get("db_path"))
 
 
-class _Databases:
-    """Per-thread open databases and a shared cache of gold results (they never change)."""
+Rows = tuple[tuple[Any, ...], ...]
 
-    def __init__(self) -> None:
+
+class _Databases:
+    """Per-thread open databases, a cache of gold results (they never change) and a small cache
+    of submitted queries' results (the databases are read-only), so the judges of one turn run
+    the submitted query once between them."""
+
+    def __init__(self, recent: int = 32) -> None:
         self._local = threading.local()
-        self._gold: dict[tuple[str, str], tuple[tuple[tuple[Any, ...], ...], bool]] = {}
+        self._gold: dict[tuple[str, str], tuple[Rows, bool]] = {}
+        self._recent: OrderedDict[tuple[str, str, float], tuple[Rows | None, str]] = OrderedDict()
+        self._recent_max = recent
+        self._lock = threading.Lock()
 
     def get(self, turn: Turn) -> Database:
         cache: dict[str, Database] = self._local.__dict__.setdefault("dbs", {})
@@ -128,7 +167,7 @@ class _Databases:
                 raise JudgeError(f"task {turn.task.id}: {exc}") from None
         return cache[key]
 
-    def gold(self, turn: Turn, timeout_s: float) -> tuple[tuple[tuple[Any, ...], ...], bool]:
+    def gold(self, turn: Turn, timeout_s: float) -> tuple[Rows, bool]:
         db, gold_sql = self.get(turn), str(turn.task.answer)
         key = (_db_key(turn), gold_sql)
         if key not in self._gold:
@@ -139,17 +178,32 @@ class _Databases:
             self._gold[key] = (rows, gold_orders(gold_sql))
         return self._gold[key]
 
-    def predicted(self, turn: Turn, timeout_s: float) -> tuple[tuple[tuple[Any, ...], ...] | None, str]:
-        """The submitted query's rows, or None and why it failed (the agent's fault)."""
+    def predicted(self, turn: Turn, timeout_s: float) -> tuple[Rows | None, str]:
+        """The submitted query's rows, or None and why it failed (the agent's fault).
+
+        Raises:
+            JudgeError: the database itself failed (never cached, so the next turn retries).
+        """
         sql = turn.answer or ""
         if not sql.strip():
             return None, "empty query"
+        key = (_db_key(turn), sql, timeout_s)
+        with self._lock:
+            hit = self._recent.get(key)
+            if hit is not None:
+                self._recent.move_to_end(key)
+                return hit
         try:
-            return self.get(turn).query(sql, timeout_s=timeout_s).rows, "ok"
+            result: tuple[Rows | None, str] = (self.get(turn).query(sql, timeout_s=timeout_s).rows, "ok")
         except ToolError as exc:
-            return None, str(exc)[:200]
+            result = (None, str(exc)[:200])
         except InfraError as exc:
             raise JudgeError(f"task {turn.task.id}: {exc}") from None
+        with self._lock:
+            self._recent[key] = result
+            while len(self._recent) > self._recent_max:
+                self._recent.popitem(last=False)
+        return result
 
 
 DATABASES = _Databases()
@@ -203,7 +257,7 @@ class SyntaxJudge(_SQLJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         sql = turn.answer or ""
-        parses = is_read_only_query(sql)
+        parses = sql_shape(sql).read_only
         runs = parses and DATABASES.predicted(turn, self.timeout_s)[0] is not None
         return Verdict(0.5 * parses + 0.5 * runs)
 
@@ -215,7 +269,7 @@ class SchemaLinkJudge(_SQLJudge):
     term = "schema"
 
     def score_one(self, turn: Turn) -> Verdict:
-        pred, gold = schema_items(turn.answer or ""), schema_items(str(turn.task.answer))
+        pred, gold = sql_shape(turn.answer or "").items, gold_shape(str(turn.task.answer)).items
         if pred is None or gold is None:
             return Verdict(0.0, detail="unparseable")
         union = pred | gold

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-SKYRL_PYTHON = Path("/tmp/skyrl-venv/bin/python")
+SKYRL_PYTHON = BENCH.parent / ".venv-peers" / "skyrl" / "bin" / "python"  # made by `make bench-peers`
 ENVS_CMD = [sys.executable, str(BENCH / "bench_envs.py"), "--reps", "1"]
 
 
@@ -20,6 +22,7 @@ def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"bench_{name}_under_test", BENCH / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -55,6 +58,8 @@ def test_summary_table_lists_rows_ratios_and_reasons() -> None:
          "unit": "checks/s", "better": "higher", "ratio": 3.0, "spread": "2900-3100"},
         {"bench": "envs", "row": "prm/SQL-v0 vs GEM", "ours": None, "baseline": None, "baseline_name": "GEM",
          "unit": "us", "better": None, "ratio": None, "spread": "", "skipped": "GEM has no SQL env"},
+        {"bench": "envs", "row": "step", "ours": 8.0, "baseline": 2.0, "baseline_name": "skyrl-gym", "unit": "us",
+         "better": "lower", "ratio": 0.25, "spread": "", "note": "ours parses the whole turn"},
     ]  # fmt: skip
     failures = "[('bench_x.py', 'exit 1 (boom)')]"
     code = f"import json, sys, run_all; print('\\n'.join(run_all.summary(json.loads(sys.argv[1]), {failures})))"
@@ -67,6 +72,8 @@ def test_summary_table_lists_rows_ratios_and_reasons() -> None:
     )
     assert "- envs / prm/SQL-v0 vs GEM vs GEM: GEM has no SQL env" in table
     assert "- bench_x.py: exit 1 (boom)" in table
+    assert "- envs / step vs skyrl-gym: 0.25x; ours parses the whole turn" in table
+    assert "- sql / checks" not in table  # a row the suite wins is not listed as behind
     assert "prm/SQL-v0 vs GEM |" not in table  # a skipped row is not in the measured table
 
 
@@ -92,11 +99,46 @@ def test_bench_envs_reports_missing_peers_as_skipped_rows(tmp_path: Path) -> Non
     )
     records = _results(proc.stdout)
     assert len(records) == 6  # 3 envs x 2 peers, none measurable
-    assert all(r["ratio"] is None and "not found" in str(r["skipped"]) for r in records)
+    assert all(r["ratio"] is None and "run `make bench-peers`" in str(r["skipped"]) for r in records)
     assert "prm/SQL-v0: 6 episodes per pass" in proc.stdout
 
 
-@pytest.mark.skipif(not SKYRL_PYTHON.exists(), reason="skyrl-gym venv not at /tmp/skyrl-venv (see bench_envs.py)")
+def test_bench_envs_reports_a_broken_peer_interpreter_as_skipped_rows(tmp_path: Path) -> None:
+    not_a_program = tmp_path / "python"
+    not_a_program.write_text("not an interpreter")  # exists, but cannot be executed
+    proc = subprocess.run(
+        [*ENVS_CMD, "--tasks", "2", "--gem-python", str(not_a_program), "--skyrl-python", "no/such/python"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    records = _results(proc.stdout)
+    gem = [r for r in records if r["baseline_name"] == "GEM"]
+    assert len(gem) == 3 and all("PermissionError" in str(r["skipped"]) for r in gem)
+    assert all("make bench-peers" in str(r["skipped"]) for r in records if r["baseline_name"] == "skyrl-gym")
+
+
+def test_settle_collects_cyclic_garbage_and_leaves_the_collector_on() -> None:
+    rl = _load("result_line")
+
+    class Node:
+        other: object = None
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle: only the cyclic collector frees it
+    alive = weakref.ref(a)
+    gc.disable()  # so no automatic collection frees the cycle before settle() does
+    try:
+        del a, b
+        assert alive() is not None
+        rl.settle()
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.skipif(not SKYRL_PYTHON.exists(), reason="skyrl-gym not installed: run `make bench-peers`")
 def test_bench_envs_against_skyrl_agrees_on_every_case(tmp_path: Path) -> None:
     proc = subprocess.run(
         [*ENVS_CMD, "--tasks", "4", "--gem-python", str(tmp_path / "none"), "--skyrl-python", str(SKYRL_PYTHON)],
@@ -110,3 +152,61 @@ def test_bench_envs_against_skyrl_agrees_on_every_case(tmp_path: Path) -> None:
     assert len(agreement) == 3 and all(r["ours"] == r["baseline"] == 8 for r in agreement)
     timings = [r for r in records if r["unit"] == "us"]
     assert len(timings) == 9 and all(float(str(r["ours"])) > 0 and float(str(r["baseline"])) > 0 for r in timings)
+
+
+def _fake_worker(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "fake-python"
+    script.write_text('#!/bin/sh\necho \'{"ready": true, "env": "FakeEnv", "version": "0"}\'\nread line\n' + body)
+    script.chmod(0o755)
+    return script
+
+
+def test_peer_session_turns_a_crash_or_a_hang_into_an_error(tmp_path: Path) -> None:
+    client = _load("peer_client")
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    crashing = client.PeerSession(str(_fake_worker(tmp_path, "echo boom >&2\nexit 3\n")), job, cwd=tmp_path)
+    assert crashing.hello["env"] == "FakeEnv" and not crashing.error
+    assert crashing.ask("pass") == {"error": "worker exit 3: boom"}
+    assert crashing.ask("end")["error"] == "worker exit 3: boom"  # stays failed, no new write
+    crashing.close()
+    crashing.close()
+    hanging = client.PeerSession(str(_fake_worker(tmp_path, "sleep 30\n")), job, cwd=tmp_path, timeout_s=1.0)
+    assert hanging.ask("pass")["error"].startswith("worker exit -9")
+    hanging.close()
+
+
+def test_update_replaces_only_the_rerun_benches_rows_and_raw_output() -> None:
+    merge = _load("page_merge")
+    old = "\n".join(
+        [
+            "# Benchmarks", "", "Machine: old box.", "",
+            "## Summary", "", "| bench | row | ratio |", "|---|---|---:|",
+            "| async | wall | **4.95x** |", "| envs | step | **0.04x** |", "| sql | checks | **5.43x** |",
+            "", merge.BEHIND, "", "- envs / step vs skyrl-gym: 0.04x; old reason",
+            "", merge.SKIPPED, "", "- envs / SQL vs GEM vs GEM: no sql env", "- bench_sql.py: exit 1 (boom)",
+            "", "## Raw output", "", "### async", "", "old async", "", "### envs", "", "old envs", "",
+        ]
+    )  # fmt: skip
+    new = "\n".join(
+        [
+            "# Benchmarks", "", "Machine: new box.", "",
+            "## Summary", "", "| bench | row | ratio |", "|---|---|---:|",
+            "| envs | step | **1.20x** |", "| envs | episode | **2.00x** |",
+            "", merge.SKIPPED, "", "- envs / SQL vs GEM vs GEM: still no sql env",
+            "", "## Raw output", "", "### envs", "", "new envs", "",
+        ]
+    )  # fmt: skip
+    page = merge.merge_pages(old, new, {"envs"}, "Rows of envs rerun now.")
+    assert "Machine: old box.\nRows of envs rerun now.\n" in page
+    assert "| async | wall | **4.95x** |\n| envs | step | **1.20x** |\n| envs | episode | **2.00x** |\n| sql |" in page
+    assert "0.04x" not in page and "old reason" not in page and merge.BEHIND not in page  # envs no longer behind
+    assert "- envs / SQL vs GEM vs GEM: still no sql env\n- bench_sql.py: exit 1 (boom)" in page
+    assert "### async\n\nold async\n" in page and "### envs\n\nnew envs\n" in page and "old envs" not in page
+
+
+def test_run_all_update_refuses_without_only_or_an_existing_page(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(BENCH / "run_all.py"), "--update", "--out", str(tmp_path / "none.md")]
+    for extra in ([], ["--only", "envs"]):
+        proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, check=False)
+        assert proc.returncode == 2 and "--update needs --only" in proc.stderr

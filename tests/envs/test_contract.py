@@ -113,3 +113,15 @@ def test_markup_imitation_is_flagged_not_trusted(env_id: str) -> None:
     assert "markup_imitation" in info["parse"]["issues"]
     assert reward <= 0.0
     env.close()
+
+
+def test_every_reset_hands_out_its_own_copy_of_the_tool_schemas() -> None:
+    env = gym.make("prm/SQL-v0").unwrapped
+    _, info = env.reset(seed=0)
+    pristine = env.tool_schemas
+    info["tools"][0]["function"]["parameters"]["properties"]["x"] = {"type": "string"}
+    info["tools"].append({"type": "function"})
+    _, again = env.reset(seed=0)
+    assert again["tools"] == pristine and again["tools"] is not info["tools"]
+    assert [t["function"]["name"] for t in pristine] == ["list_tables", "describe_table", "run_query"]
+    env.close()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import envs  # noqa: F401
-from envs.parsing import MAX_ACTION_CHARS, format_tool_call, parse_action
+from envs.parsing import MAX_ACTION_CHARS, format_tool_call, parse_action, parse_general
 
 
 def codes(text: object) -> list[str]:
@@ -109,3 +109,20 @@ def test_huge_and_hostile_actions_through_step() -> None:
         assert not info["parse"]["ok"] and info["reward_format"] < 0 and not terminated
         assert "Format error" in obs
     env.close()
+
+
+_PIECES = st.sampled_from(
+    ["<answer>", "</answer>", "<result>", "</result>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+     "<reward>", "[ENV]", "[ENV", "]", " ", "\n", "\t", "\x0b", "\x1f", "\xa0", "\ud800", "42", "Oslo", "é", "<", ">"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=8).map("".join), st.sampled_from(["answer", "result", "reward", "think"]))
+def test_the_plain_answer_fast_path_gives_what_the_general_parse_gives(text: str, tag: str) -> None:
+    for action in (text, f"<{tag}>{text}</{tag}>", f" <{tag}>{text}</{tag}>\n"):
+        general = parse_general(action, answer_tag=tag, max_chars=MAX_ACTION_CHARS, max_tool_calls=8)
+        assert parse_action(action, answer_tag=tag) == general
+    assert parse_action("<answer>12</answer>", max_chars=5) == parse_general(
+        "<answer>12</answer>", answer_tag="answer", max_chars=5, max_tool_calls=8
+    )

@@ -13,7 +13,16 @@ from envs.tasks import Task
 from envs.tools import ToolResult
 from rewards.protocol import score_batch
 from rewards.registry import make_judge
-from rewards.sql_match import gold_orders, row_f1, rows_match, schema_items
+from rewards.sql_match import (
+    DATABASES,
+    SQLShape,
+    gold_orders,
+    is_read_only_query,
+    row_f1,
+    rows_match,
+    schema_items,
+    sql_shape,
+)
 from rewards.types import Turn
 
 
@@ -121,3 +130,27 @@ def test_helpers() -> None:
     )
     assert row_f1([], []) == 1.0 and row_f1([(1,)], []) == 0.0
     assert schema_items("SELECT a FROM t") == {"table:t", "column:a"} and schema_items("SELEC ((") is None
+
+
+def test_one_parse_gives_what_the_separate_sqlglot_calls_gave() -> None:
+    multi = sql_shape("SELECT a FROM t; DELETE FROM u")
+    assert not multi.read_only and multi.items == {"table:t", "table:u", "column:a"}  # parse_one's Block
+    cte = sql_shape("WITH c AS (SELECT x FROM t) SELECT x FROM c ORDER BY x")
+    assert cte.read_only and cte.items == {"table:t", "column:x"} and cte.orders
+    assert sql_shape("") == sql_shape("SELEC ((") == SQLShape(False, None, False)
+    assert is_read_only_query("SELECT 1") and not is_read_only_query("DELETE FROM t")
+
+
+def test_the_judges_of_one_turn_run_the_submitted_query_once(db_path: Path) -> None:
+    gold = "SELECT name FROM customers WHERE city = 'Oslo'"
+    answer = "SELECT name FROM customers WHERE city = 'Oslo' AND id > 0"
+    turn = _turn(db_path, gold, answer)
+    ran: list[str] = []
+    DATABASES.get(turn).conn.set_trace_callback(ran.append)  # type: ignore[attr-defined]
+    try:
+        judges = ["rule/execution_match", "rule/sql_syntax", "rule/sql_result_overlap"]
+        scores = [score_batch(make_judge(j), [turn])[0].score for j in judges]
+    finally:
+        DATABASES.get(turn).conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert scores == [1.0, 1.0, 1.0]
+    assert ran.count(answer) == 1

@@ -11,7 +11,7 @@ from envs.parsing import parse_action
 from envs.tasks import Task
 from envs.tools import ToolResult
 from rewards.registry import available_judges, make_judge, register_judge
-from rewards.rule import normalize_answer, token_f1
+from rewards.rule import math_equal, normalize_answer, token_f1
 from rewards.testing import FakeJudge, failing
 from rewards.types import Turn
 
@@ -83,3 +83,15 @@ def test_verdicts_are_memoised_across_forks() -> None:
     assert judge.calls == 2, "replay must reuse memoised verdicts"
     _, reward, *_ = clone.step("more")
     assert reward == 0.25 and judge.calls == 3
+
+
+def test_plain_numbers_compare_exactly_without_math_verify() -> None:
+    assert math_equal("42", "+42") and math_equal("-3", "-3.0") and math_equal("1000", "$1,000$")
+    assert math_equal("7/2", "3.5") and math_equal("١٢", "12")  # unicode decimal digits, as int() reads them
+    assert not math_equal("42", "43") and not math_equal("2", "2.000001")
+    assert score("rule/math_equiv", turn("<answer>-17</answer>", -17)) == 1.0
+
+
+def test_normalisation_strips_every_punctuation_mark_and_article() -> None:
+    assert normalize_answer("A (big) 'deal', the end!?") == "big deal end"
+    assert normalize_answer("An  apple—a day") == "apple— day"  # an em dash is not ASCII punctuation

@@ -1,0 +1,91 @@
+"""Put a partial rerun's rows into an existing benchmarks page (``run_all.py --only NAMES --update``).
+
+A page written by ``run_all.py`` has a head (machine, load, date), a ``## Summary`` table with one
+row per RESULT line (first cell: the bench name), two optional bullet lists (rows behind their
+baseline, rows that could not be run; each bullet starts with the bench name or its script), then
+``## Raw output`` with one ``### <bench>`` section per script. :func:`merge_pages` keeps every part
+of the old page that belongs to another bench and takes the rerun benches' parts from the new page,
+so rerunning one script does not cost a rerun of all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+BEHIND = "Rows where the suite is behind its baseline (ratio below 1x), and why:"
+SKIPPED = "Rows that could not be run:"
+_SCRIPT_RE = re.compile(r"bench_(\w+)\.py:")
+
+
+@dataclass
+class Page:
+    """A benchmarks page cut into its parts (each list holds whole lines)."""
+
+    head: list[str] = field(default_factory=list)
+    intro: list[str] = field(default_factory=list)  # "## Summary" down to the table's separator line
+    rows: list[str] = field(default_factory=list)
+    behind: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    raw: dict[str, list[str]] = field(default_factory=dict)  # bench name -> its "### name" section
+
+
+def bench_of(line: str) -> str:
+    """The bench a summary row (``| envs | ...``) or bullet (``- envs / ...``, ``- bench_x.py: ...``) is about."""
+    if line.startswith("| "):
+        return line.split("|")[1].strip()
+    found = _SCRIPT_RE.match(line[2:])
+    return found.group(1) if found else line[2:].split(" / ")[0].strip()
+
+
+def split_page(text: str) -> Page:
+    """Cut ``text`` (a page ``run_all.py`` wrote) into its parts."""
+    page, part, raw_name = Page(), "head", ""
+    for line in text.splitlines():
+        if line == "## Summary":
+            part = "intro"
+        elif line == "## Raw output":
+            part = "raw"
+        elif line in (BEHIND, SKIPPED):
+            part = "behind" if line == BEHIND else "skipped"
+            continue
+        if part == "head":
+            page.head.append(line)
+        elif part == "intro":
+            page.intro.append(line)
+            part = "rows" if line.startswith("|---") else part
+        elif part in ("rows", "behind", "skipped") and line.startswith(("| ", "- ")):
+            getattr(page, part).append(line)
+        elif part == "raw" and line.startswith("### "):
+            raw_name = line[4:].strip()
+            page.raw[raw_name] = [line]
+        elif part == "raw" and raw_name:
+            page.raw[raw_name].append(line)
+    return page
+
+
+def _merge(old: list[str], new: list[str], names: set[str]) -> list[str]:
+    """``old`` without the lines of ``names``, plus ``new``'s lines of ``names``, in bench order."""
+    kept = [line for line in old if bench_of(line) not in names] + [line for line in new if bench_of(line) in names]
+    return sorted(kept, key=bench_of)  # stable: each bench keeps its own rows' order
+
+
+def merge_pages(old_text: str, new_text: str, names: set[str], note: str) -> str:
+    """The old page with the benches ``names`` replaced by the new page's, and ``note`` added to its head."""
+    old, new = split_page(old_text), split_page(new_text)
+    head = list(old.head)
+    while head and not head[-1]:
+        head.pop()
+    lines = [*head, note, "", *(old.intro or new.intro), *_merge(old.rows, new.rows, names)]
+    for title, part in ((BEHIND, "behind"), (SKIPPED, "skipped")):
+        bullets = _merge(getattr(old, part), getattr(new, part), names)
+        if bullets:
+            lines += ["", title, "", *bullets]
+    lines += ["", "## Raw output", ""]
+    raw = {k: v for k, v in old.raw.items() if k not in names} | {k: v for k, v in new.raw.items() if k in names}
+    for name in sorted(raw):
+        section = list(raw[name])
+        while section and not section[-1]:
+            section.pop()
+        lines += [*section, ""]
+    return "\n".join(lines) + "\n"
