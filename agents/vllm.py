@@ -219,7 +219,11 @@ class VLLMPolicy:
 
         The learner first writes its weights where the server loads from (the served model
         directory); the server must run with ``VLLM_SERVER_DEV_MODE=1`` for ``/collective_rpc``.
+        The prefix cache is reset afterwards (``/reset_prefix_cache``): vLLM keeps cached KV
+        blocks across a reload, and a prompt seen before would otherwise reuse keys and values
+        computed with the old weights.
         """
-        out = self._update([(rpc_path, {"method": "reload_weights"})], version)
+        calls = [(rpc_path, {"method": "reload_weights"}), ("/reset_prefix_cache", {})]
+        out = self._update(calls, version)
         self.served = self.model
         return out

@@ -1,11 +1,13 @@
-"""An in-process fake of vLLM's OpenAI-compatible server, for tests of :class:`agents.vllm.VLLMPolicy`.
+"""Fakes of vLLM: its OpenAI-compatible server (for :class:`agents.vllm.VLLMPolicy`) and its
+``LLM`` engine (:class:`FakeLLM`, for :class:`agents.vllm_engine.VLLMEnginePolicy`).
 
 :class:`FakeVLLMServer` answers, on an ephemeral 127.0.0.1 port from a background thread:
 
 * ``POST /v1/completions`` with a token-id ``prompt``, ``logprobs`` and
   ``return_tokens_as_token_ids`` (tokens come back as ``"token_id:<id>"``, as vLLM writes them);
 * ``POST /v1/load_lora_adapter`` / ``POST /v1/unload_lora_adapter`` (vLLM's runtime LoRA API);
-* ``POST /collective_rpc`` with ``{"method": "reload_weights"}`` (a full-weight reload);
+* ``POST /collective_rpc`` with ``{"method": "reload_weights"}`` (a full-weight reload) and
+  ``POST /reset_prefix_cache``;
 * ``GET /v1/models`` (the base model and every loaded adapter).
 
 Sampled ids come from ``reply(prompt_ids, request)``; their log-probs encode the served weights'
@@ -132,6 +134,8 @@ class FakeVLLMServer(LocalHTTPServer):
             if path == "/collective_rpc" and req.get("method") == "reload_weights":
                 self.reloads += 1
                 return 200, {"results": [None]}
+            if path == "/reset_prefix_cache":
+                return 200, {"success": True}
         return 404, {"error": {"message": "not found"}}
 
 
@@ -172,3 +176,59 @@ def _make_handler(server: FakeVLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(*server.administer(path, req))
 
     return Handler
+
+
+class FakeLLM:
+    """A stand-in for ``vllm.LLM`` (for :class:`agents.vllm_engine.VLLMEnginePolicy` tests).
+
+    ``generate`` takes ``{"prompt_token_ids": [...]}`` prompts and per-prompt sampling params
+    (anything with ``max_tokens``/``logprobs`` keys or attributes) and answers vLLM-shaped outputs:
+    ``out.outputs[0].token_ids``, ``.logprobs`` (one ``{id: Logprob}`` per sampled id) and
+    ``.finish_reason``. The log-prob of every sampled id is ``-(1 + loads)/100``, so a test can
+    tell which weights sampled. ``collective_rpc("reload_weights", kwargs={"weights_iterator":
+    pairs})`` records the pairs and bumps ``loads``; ``reset_prefix_cache`` is counted.
+
+    Args:
+        reply: ``(prompt_ids, params) -> sampled ids`` (cut at ``max_tokens``).
+    """
+
+    def __init__(self, reply: Callable[[list[int], Any], list[int]] = lambda p, sp: list(p[-3:])):
+        self.reply = reply
+        self.loads = 0
+        self.loaded: list[list[tuple[str, Any]]] = []
+        self.calls: list[str] = []
+        self.params: list[Any] = []
+
+    def generate(self, prompts: list[dict[str, Any]], params: list[Any], use_tqdm: bool = True) -> list[Any]:
+        from types import SimpleNamespace
+
+        self.calls.append("generate")
+        out = []
+        for prompt, sp in zip(prompts, params, strict=True):
+            self.params.append(sp)
+            limit = int(_field(sp, "max_tokens"))
+            ids = list(self.reply(list(prompt["prompt_token_ids"]), sp))
+            finish = "length" if len(ids) >= limit else "stop"
+            ids = ids[:limit]
+            lp = -(1 + self.loads) / 100
+            logprobs = [{t: SimpleNamespace(logprob=lp, rank=1)} for t in ids] if _field(sp, "logprobs") == 0 else None
+            choice = SimpleNamespace(token_ids=ids, logprobs=logprobs, finish_reason=finish)
+            out.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=[choice]))
+        return out
+
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple[Any, ...] = (),
+                       kwargs: dict[str, Any] | None = None) -> list[Any]:  # fmt: skip
+        self.calls.append(method)
+        if method != "reload_weights":
+            raise NotImplementedError(method)
+        self.loaded.append(list((kwargs or {})["weights_iterator"]))
+        self.loads += 1
+        return [None]
+
+    def reset_prefix_cache(self) -> bool:
+        self.calls.append("reset_prefix_cache")
+        return True
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))
             return 0
-        if cfg.backend == "ray" or cfg.policy.startswith("vllm:"):
+        if cfg.backend == "ray" or cfg.policy.startswith(("vllm:", "vllm-engine:")):
             from training.distributed_loop import train_distributed as train
         else:
             from training.trainer import train

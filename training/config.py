@@ -231,7 +231,8 @@ class TrainConfig:
     imports: tuple[str, ...] = ()
     """Modules to import first, so their envs and judges resolve (e.g. weather_agent)."""
     policy: str = "hf:tiny"
-    """Policy id: hf:tiny, hf:smollm2-135m, hf:<directory>, or vllm:<url>[,<url>...] (vLLM servers)."""
+    """Policy id: hf:tiny, hf:smollm2-135m, hf:<directory>, vllm:<url>[,<url>...] (vLLM servers), or
+    vllm-engine:<directory> (vLLM in this process, sampling from the HF weights the learner trains)."""
     vllm_weights: str = ""
     """With --policy vllm:<url>: the hf: id of the weights the servers serve (the learner trains
     them, writes them back and the servers reload them after every step)."""
@@ -288,7 +289,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check("/" in self.env, "env", self.env, "give a registered id such as prm/Math-v0")
         parse_json_kwargs("env_kwargs", self.env_kwargs)
-        _check(self.policy.startswith(("hf:", "vllm:")), "policy", self.policy, "use hf:tiny, hf:<dir> or vllm:<url>")
+        _check(
+            self.policy.startswith(("hf:", "vllm:", "vllm-engine:")),
+            "policy",
+            self.policy,
+            "use hf:tiny, hf:<dir>, vllm:<url> or vllm-engine:<dir>",
+        )
         _check(
             not self.policy.startswith("vllm:") or self.vllm_weights.startswith("hf:"),
             "vllm_weights",
@@ -320,7 +326,7 @@ class TrainConfig:
             "dynamic sampling, RoC, difficulty filter and curriculum run with synchronous --algo grpo only",
         )
         _check(
-            not self.recipes.sampling_active or (self.backend == "local" and not self.policy.startswith("vllm:")),
+            not self.recipes.sampling_active or (self.backend == "local" and self.policy.startswith("hf:")),
             "recipes",
             self.recipes,
             "the rollout recipes run with --backend local and an hf: policy only",

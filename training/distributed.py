@@ -29,7 +29,8 @@ class WorkerSpec:
     Attributes:
         env_id: the registered env id.
         env_kwargs: keyword arguments for ``gym.make``.
-        policy: ``hf:<id>`` (weights published by the learner) or ``vllm:<url>[,<url>...]``.
+        policy: ``hf:<id>`` or ``vllm-engine:<dir>`` (weights published by the learner), or
+            ``vllm:<url>[,<url>...]``.
         tokenizer: for a ``vllm:`` policy, the ``hf:`` id whose tokenizer the server speaks.
         served_model: for a ``vllm:`` policy, the served model name.
         imports: modules to import first (third-party envs and judges).
@@ -51,6 +52,10 @@ def build_policy(spec: WorkerSpec, seed: int) -> Any:
     """The policy a worker samples from."""
     from agents.hf import HFPolicy, load_hf
 
+    if spec.policy.startswith("vllm-engine:"):
+        from agents.vllm_engine import VLLMEnginePolicy
+
+        return VLLMEnginePolicy.from_id(spec.policy, seed=seed)
     if spec.policy.startswith("vllm:"):
         from agents.vllm import VLLMPolicy
 
@@ -81,8 +86,10 @@ class RolloutWorker:
         return os.getpid()
 
     def set_weights(self, state: Any, version: int) -> int:
-        """Load published weights (``None`` for a vLLM policy: only the version moves)."""
-        if state is not None and hasattr(self.policy, "model"):
+        """Load published weights (``None`` for a vLLM server policy: only the version moves)."""
+        if state is not None and hasattr(self.policy, "load_weights"):  # an in-process vLLM engine
+            self.policy.load_weights(state, version)
+        elif state is not None and hasattr(self.policy, "model"):
             self.policy.model.load_state_dict(state)
         self.policy.version = version
         return version

@@ -1,10 +1,11 @@
-"""``train-agent --backend ray`` / ``--policy vllm:<url>``: the training loop with remote rollouts.
+"""``train-agent --backend ray`` / ``--policy vllm:<url>|vllm-engine:<dir>``: the loop with other samplers.
 
 The maths and the learner are the in-process trainer's (:func:`training.trainer.learner_step`,
 :func:`training.batch.build_batch`, the same task and seed schedule): only where episodes are
 played changes. Rollouts run on :class:`training.distributed.RayRollouts` workers (or in this
-process for ``--backend local``), sampling from published ``hf:`` weights or from vLLM servers
-that reload the learner's weights after every step.
+process for ``--backend local``), sampling from published ``hf:`` weights, from vLLM servers
+that reload the learner's weights after every step, or from an in-process vLLM engine
+(``vllm-engine:<dir>``) into which the learner's tensors are copied after every step.
 """
 
 from __future__ import annotations
@@ -53,8 +54,20 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
     )
 
 
+def learner_policy(cfg: TrainConfig) -> str:
+    """The ``hf:`` id the learner trains: the served weights for ``vllm:``/``vllm-engine:`` policies."""
+    if cfg.policy.startswith("vllm-engine:"):
+        if cfg.backend == "ray":
+            raise ConfigError("--policy vllm-engine: runs vLLM in this process; use --backend local (or vllm:<url>).")
+        return "hf:" + cfg.policy[len("vllm-engine:") :]
+    return cfg.vllm_weights if cfg.policy.startswith("vllm:") else cfg.policy
+
+
 def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig) -> None:
     """After a learner step: the workers' (or the vLLM servers') weights become the learner's."""
+    if server is None and cfg.policy.startswith("vllm-engine:"):
+        pool.publish(run.policy.model.state_dict(), run.policy.version)  # the engine copies them, on their device
+        return
     if server is None:
         pool.publish(
             {k: v.detach().cpu().clone() for k, v in run.policy.model.state_dict().items()}, run.policy.version
@@ -74,7 +87,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
     if cfg.algo != "grpo" or cfg.asynchronous.enabled:
         raise ConfigError("--backend ray / --policy vllm: train with --algo grpo, synchronously, for now.")
     vllm = cfg.policy.startswith("vllm:")
-    run = build_run(replace(cfg, policy=cfg.vllm_weights) if vllm else cfg)
+    run = build_run(replace(cfg, policy=learner_policy(cfg)))
     learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP; rank 0 alone drives rollouts and writes
     spec = worker_spec(cfg)
     pool: Any = None

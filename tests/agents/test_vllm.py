@@ -91,6 +91,7 @@ def test_lora_hot_load_and_full_reload_bump_version(tok: Any, tmp_path: Any) -> 
         assert policy.load_lora(str(tmp_path / "step2")) == 2
         assert list(a.adapters) == ["base-v2"] and policy.served == "base-v2"
         assert policy.reload_weights() == 3 and a.reloads == b.reloads == 1
+        assert [path for path, _ in a.admin][-2:] == ["/collective_rpc", "/reset_prefix_cache"]  # no stale KV
         (gen,) = policy.generate([[9]], SamplingParams(max_new_tokens=2))
         assert gen.logprobs[0] == pytest.approx(-0.02) and policy.served == "base"
         with pytest.raises(PolicyServerError, match="already been loaded"):
