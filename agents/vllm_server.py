@@ -100,6 +100,27 @@ def export_hf_weights(policy_id: str, directory: str | Path, *, untie: bool = Fa
     return out
 
 
+def wait_healthy(
+    proc: subprocess.Popen[Any], root_url: str, timeout_s: float, name: str, log_tail: Any = lambda: ""
+) -> None:
+    """Poll ``root_url/health`` until it answers 200 (any OpenAI-compatible server: vLLM, llama.cpp).
+
+    Raises:
+        PolicyServerError: the process exited first, or ``timeout_s`` passed; with ``log_tail()``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise PolicyServerError(f"{name} exited with {proc.returncode}:\n{log_tail()}")
+        try:
+            if httpx.get(f"{root_url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise PolicyServerError(f"{name} did not answer /health within {timeout_s:.0f}s:\n{log_tail()}")
+
+
 class VLLMServer:
     """One ``vllm`` OpenAI-compatible server process group on 127.0.0.1.
 
@@ -183,18 +204,8 @@ class VLLMServer:
         return self
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
         assert self.proc is not None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise PolicyServerError(f"vllm exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1.0)
-        raise PolicyServerError(f"vllm did not answer /health within {self.startup_timeout_s:.0f}s:\n{self.log_tail()}")
+        wait_healthy(self.proc, self.root_url, self.startup_timeout_s, "vllm", self.log_tail)
 
     def log_text(self) -> str:
         """Everything the server wrote so far."""

@@ -12,15 +12,14 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
-import httpx
 import pytest
 
 import envs  # noqa: F401
+from agents.vllm_server import wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -60,18 +59,7 @@ def llama_url() -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"llama-server exited with {proc.returncode}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("llama-server did not become healthy within 60 s")
+        wait_healthy(proc, url, 60, "llama-server")
         yield f"{url}/v1"
     finally:
         proc.terminate()
