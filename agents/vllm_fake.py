@@ -21,9 +21,6 @@ so a test can tell which weights served a request. Every request is recorded::
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -51,23 +48,12 @@ class FakeVLLMServer(LocalHTTPServer):
     def __init__(self, reply: Reply = echo_tail, model: str = "base", delay_s: float = 0.0, name: str = ""):
         self.reply = reply
         self.model = model
-        self.delay_s = delay_s
         self.name = name
         self.adapters: dict[str, str] = {}
         self.adapter_order: list[str] = []
         self.reloads = 0
-        self.requests: list[dict[str, Any]] = []
         self.admin: list[tuple[str, dict[str, Any]]] = []
-        self.failures: deque[int] = deque()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self._lock = threading.Lock()
-        super().__init__(_make_handler(self), "fake-vllm")
-
-    @property
-    def base_url(self) -> str:
-        """The URL to give a client, ending in ``/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        super().__init__(_make_handler(self), "fake-vllm", delay_s)
 
     def fail_next(self, n: int = 1, status: int = 500) -> None:
         """Answer the next ``n`` completions with ``status``."""
@@ -82,17 +68,8 @@ class FakeVLLMServer(LocalHTTPServer):
 
     def complete(self, req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """The status and body for one completion request."""
-        with self._lock:
-            self.requests.append(req)
-            failure = self.failures.popleft() if self.failures else None
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            if self.delay_s:
-                time.sleep(self.delay_s)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
+        with self._serving(req) as failure:
+            pass  # in flight while the delay runs, as a slow server would be
         if failure is not None:
             return failure, {"error": {"message": "scripted failure"}}
         prompt, model = req.get("prompt"), str(req.get("model", ""))

@@ -17,7 +17,8 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -52,17 +53,47 @@ class LocalHTTPServer:
     """An HTTP server on an ephemeral 127.0.0.1 port, served from a daemon thread.
 
     The shared lifecycle of the package's fake servers: ``start``/``close`` (idempotent) and the
-    context manager. Subclasses pass the handler class their requests go to.
+    context manager, and the bookkeeping of the requests they answer (:meth:`_serving`: every
+    request kept, scripted failures taken in order, requests in flight counted, ``delay_s``
+    slept). Subclasses pass the handler class their requests go to.
     """
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler], thread_name: str):
+    def __init__(self, handler: type[BaseHTTPRequestHandler], thread_name: str, delay_s: float = 0.0):
         self._httpd = _Server(("127.0.0.1", 0), handler)
         self._thread: threading.Thread | None = None
         self._thread_name = thread_name
+        self.delay_s = delay_s
+        self.requests: list[dict[str, Any]] = []
+        self.failures: deque[Any] = deque()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
 
     @property
     def port(self) -> int:
         return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give a client, ending in ``/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @contextmanager
+    def _serving(self, request: dict[str, Any]) -> Iterator[Any]:
+        """Record ``request`` and count it in flight while the body runs (after ``delay_s``);
+        yields the next scripted failure, or ``None``."""
+        with self._lock:
+            self.requests.append(request)
+            failure = self.failures.popleft() if self.failures else None
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            yield failure
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def start(self) -> Self:
         if self._thread is None:
@@ -96,19 +127,8 @@ class FakeOpenAIServer(LocalHTTPServer):
 
     def __init__(self, reply: Callable[[Messages], str] = gullible, delay_s: float = 0.0, model: str = "fake"):
         self.reply = reply
-        self.delay_s = delay_s
         self.model = model
-        self.requests: list[dict[str, Any]] = []
-        self.failures: deque[Failure] = deque()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self._lock = threading.Lock()
-        super().__init__(_make_handler(self), "fake-openai")
-
-    @property
-    def base_url(self) -> str:
-        """The URL to give a client, ending in ``/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        super().__init__(_make_handler(self), "fake-openai", delay_s)
 
     def fail_next(self, n: int = 1, status: int = 500, body: str | None = None) -> None:
         """Answer the next ``n`` chat requests with ``status`` (0 drops the connection)."""
@@ -117,23 +137,13 @@ class FakeOpenAIServer(LocalHTTPServer):
 
     def complete(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
         """The status and body for one chat request (called by the handler thread)."""
-        with self._lock:
-            self.requests.append(request)
-            failure = self.failures.popleft() if self.failures else None
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            if self.delay_s:
-                time.sleep(self.delay_s)
+        with self._serving(request) as failure:
             if failure is not None:
                 return failure.status, failure.body
             messages = request.get("messages")
             if not isinstance(messages, list):
                 return 400, '{"error": {"message": "messages must be a list"}}'
             content = self.reply(messages)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         completion_tokens = len(content.split())
         return 200, {
