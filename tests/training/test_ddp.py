@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from test_trainer import small  # the suite's small Math run (tests/training is on sys.path)
 
 from agents.hf import HFPolicy
 from agents.tiny import tiny_model, tiny_tokenizer
 from training.batch import Batch
-from training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from training.config import LossConfig, TrainConfig
 from training.metrics import read_metrics
 from training.trainer import learner_step
 
@@ -70,21 +71,10 @@ def one_step(cfg: LossConfig, wrap: str = "") -> tuple[Any, dict[str, float]]:
 
 
 def small_config(out: Path, **changes: Any) -> TrainConfig:
-    return TrainConfig(
-        env_kwargs='{"levels": [1], "num_tasks": 20, "max_turns": 2}',
-        group_size=2,
-        tasks_per_step=2,
-        steps=2,
-        output_dir=str(out),
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=1,
-        sampling=SamplingConfig(max_new_tokens=6),
-        eval=EvalConfig(num_tasks=1, samples=1),
-        loss=LossConfig(micro_batch_size=1),
-        device="cpu",  # gloo on CPUs, also on a machine with a GPU
-        **changes,
-    )
+    """test_trainer's small run with two groups a step, one row a micro-batch, on the CPU (gloo,
+    also on a machine with a GPU)."""
+    changes = {"tasks_per_step": 2, "loss": LossConfig(micro_batch_size=1), "device": "cpu", **changes}
+    return small(out, **changes)
 
 
 def worker(out: Path) -> None:

@@ -7,7 +7,6 @@ steps with each ``--sharding`` and records the process group's backend and the d
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -18,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trainer import small as trainer_small  # the suite's small Math run (tests/training is on sys.path)
 
 from agents.hf import HFPolicy
 from agents.policy import SamplingParams
 from training.checkpoint import load_checkpoint
-from training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from training.config import LossConfig, TrainConfig
 from training.metrics import read_metrics
 from training.trainer import train
 
@@ -31,20 +31,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 
 def small(out: Path, **changes: object) -> TrainConfig:
-    cfg = TrainConfig(
-        env_kwargs='{"levels": [1], "num_tasks": 20, "max_turns": 2}',
-        group_size=2,
-        tasks_per_step=2,
-        steps=2,
-        output_dir=str(out),
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=1,
-        sampling=SamplingConfig(max_new_tokens=6),
-        eval=EvalConfig(num_tasks=1, samples=1),
-        loss=LossConfig(micro_batch_size=1),
-    )
-    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+    """test_trainer's small run with two groups a step and one row a micro-batch."""
+    return trainer_small(out, **{"tasks_per_step": 2, "loss": LossConfig(micro_batch_size=1), **changes})
 
 
 @needs_cuda
