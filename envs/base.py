@@ -37,7 +37,7 @@ from envs.spaces import UnicodeText
 from envs.tasks import Task, TaskSet
 from envs.tools import Tool, ToolResult
 from rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
-from rewards.protocol import AsyncJudge, Judge, score_batch
+from rewards.protocol import AsyncJudge, Judge, turn_scorer
 from rewards.registry import make_judge
 from rewards.types import Turn, Verdict
 
@@ -116,8 +116,11 @@ class ToolEnv(gym.Env[str, str]):
         ]
         self.reward_terms: list[str] = list(dict.fromkeys(j.term for _, j in self.judges))
         self._term_keys = tuple((term, f"reward_{term}") for term in self.reward_terms)
-        # (weight, judge, final-only, memoised) per judge, resolved once instead of on every step
-        self._judge_plan = tuple((w, j, j.scope == "final", bool(getattr(j, "memoize", True))) for w, j in self.judges)
+        # (name, term, weight, final-only, memoised, one-turn scorer) per judge: resolved once, not every step
+        self._judge_plan = tuple(
+            (j.name, j.term, w, j.scope == "final", bool(getattr(j, "memoize", True)), turn_scorer(j))
+            for w, j in self.judges
+        )
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
         self.max_tool_output_chars = max_tool_output_chars
@@ -200,7 +203,7 @@ class ToolEnv(gym.Env[str, str]):
         info["turn"] = index + 1
         info["answer"] = parsed.answer if terminated and parsed.answer is not None else ""
         info["judge"] = judge_info
-        info["parse"] = {"ok": ok, "issues": ",".join(i.code for i in parsed.issues)}
+        info["parse"] = {"ok": ok, "issues": ",".join([i.code for i in parsed.issues]) if parsed.issues else ""}
         info["tool"] = _tool_info(results)
         return obs, weighted_sum(terms), terminated, truncated, info
 
@@ -294,32 +297,40 @@ class ToolEnv(gym.Env[str, str]):
         info: dict[str, dict[str, Any]] = {}
         failed = False
         key: str | None = None
-        for weight, judge, final_only, memo in self._judge_plan:  # cheap deterministic judges do not memoise
-            if final_only and not turn.final:
+        final = turn.final
+        for name, term, weight, final_only, memo, scorer in self._judge_plan:  # cheap rule judges do not memoise
+            if final_only and not final:
                 continue
             try:
-                if memo and key is None:
-                    key = turn.content_hash()
-                verdict = self._verdicts.get((judge.name, key)) if memo else None
-                if verdict is None:
-                    verdict = score_batch(judge, [turn])[0]
-                    if not math.isfinite(verdict.score):
-                        raise JudgeError(f"{judge.name} returned a non-finite score {verdict.score!r}")
-                    if memo:
-                        self._remember((judge.name, key), verdict)
+                if memo:
+                    if key is None:
+                        key = turn.content_hash()
+                    verdict = self._verdicts.get((name, key))
+                    if verdict is None:
+                        verdict = self._remember((name, key), _checked(name, scorer(turn)))
+                else:
+                    verdict = _checked(name, scorer(turn))
             except Exception as exc:  # a judge failure is infrastructure, never the agent's score
                 failed = True
-                info[judge.name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                info[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 continue
-            terms[judge.term] += weight * verdict.score
-            info[judge.name] = verdict.as_info()
+            terms[term] += weight * verdict.score
+            info[name] = verdict.as_info()
         return terms, info, failed
 
-    def _remember(self, key: tuple[str, str | None], verdict: Verdict) -> None:
+    def _remember(self, key: tuple[str, str | None], verdict: Verdict) -> Verdict:
         """Memoise a verdict, evicting the oldest beyond :data:`MAX_MEMO` entries."""
         self._verdicts[key] = verdict
         if len(self._verdicts) > MAX_MEMO:
             del self._verdicts[next(iter(self._verdicts))]
+        return verdict
+
+
+def _checked(name: str, verdict: Verdict) -> Verdict:
+    """``verdict``, or a :class:`JudgeError` when its score is not finite."""
+    if not math.isfinite(verdict.score):
+        raise JudgeError(f"{name} returned a non-finite score {verdict.score!r}")
+    return verdict
 
 
 def _tool_info(results: Sequence[ToolResult]) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Longest action the parser will look at, in characters; longer ones are flagged unparsed.
 MAX_ACTION_CHARS = 32_768
@@ -65,14 +65,13 @@ class ParseIssue:
     message: str
 
 
-@dataclass(frozen=True)
-class ParsedAction:
-    """The result of :func:`parse_action`."""
+class ParsedAction(NamedTuple):
+    """The result of :func:`parse_action` (an immutable named tuple: one is built every step)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     answer: str | None = None
-    issues: tuple[ParseIssue, ...] = field(default_factory=tuple)
+    issues: tuple[ParseIssue, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -110,11 +110,10 @@ def weighted_sum(terms: Mapping[str, float]) -> float:
     Raises:
         ValueError: a term is not finite.
     """
-    total = 0.0
-    for name, value in terms.items():
-        if not math.isfinite(value):
-            raise ValueError(f"reward term {name!r} is not finite ({value!r}).")
-        total += value
+    total = sum(terms.values(), 0.0)
+    if not math.isfinite(total):  # a non-finite term makes the sum non-finite: find it for the message
+        bad = ", ".join(f"{name!r} ({value!r})" for name, value in terms.items() if not math.isfinite(value))
+        raise ValueError(f"reward term {bad} is not finite." if bad else f"reward sum {total!r} is not finite.")
     return total
 
 

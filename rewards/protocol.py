@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from rewards.types import Turn, Verdict
@@ -47,6 +47,32 @@ class AsyncJudge(Protocol):
     scope: Scope
 
     async def ascore(self, turns: Sequence[Turn]) -> list[Verdict]: ...
+
+
+class TurnJudge:
+    """Base of judges that score each turn on its own: subclasses implement :meth:`score_one`.
+
+    :meth:`score` is the batch loop over it. Envs call :meth:`score_one` directly (see
+    :func:`turn_scorer`), which saves the batch-of-one list on every step.
+    """
+
+    name = "turn/base"
+    term = "outcome"
+    scope: Scope = "final"
+
+    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
+        return [self.score_one(t) for t in turns]
+
+    def score_one(self, turn: Turn) -> Verdict:
+        raise NotImplementedError
+
+
+def turn_scorer(judge: Judge | AsyncJudge) -> Callable[[Turn], Verdict]:
+    """A function that scores one turn with ``judge``: its own ``score_one`` when ``judge`` is a
+    :class:`TurnJudge` whose ``score`` is still the plain loop over it, else a batch of one."""
+    if isinstance(judge, TurnJudge) and type(judge).score is TurnJudge.score:
+        return judge.score_one
+    return lambda turn: score_batch(judge, [turn])[0]
 
 
 _loop_lock = threading.Lock()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from rewards.protocol import TurnJudge
 from rewards.rule import gold_answers, normalize_answer
 from rewards.types import Turn, Verdict
 
@@ -43,16 +44,13 @@ def _contains_answer(texts: Iterable[str], answers: Sequence[str]) -> bool:
     return any(f" {normalize_answer(a)} " in blob for a in answers if normalize_answer(a))
 
 
-class RetrievalJudge:
+class RetrievalJudge(TurnJudge):
     """Rewards a turn for the gold passages it retrieved first (see the module docstring)."""
 
     name = "rule/retrieval"
     term = "retrieval"
     scope = "turn"
     memoize = False  # cheap and deterministic: recomputing beats hashing the turn and its history
-
-    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
-        return [self.score_one(t) for t in turns]
 
     def score_one(self, turn: Turn) -> Verdict:
         now = [r.output for r in turn.tool_results if r.ok]

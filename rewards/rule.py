@@ -18,7 +18,6 @@ import logging
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from fractions import Fraction
@@ -26,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from envs.errors import JudgeError
+from rewards.protocol import TurnJudge
 from rewards.types import Turn, Verdict
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -42,6 +42,8 @@ _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 
 def _plain_number(text: str) -> Fraction | int | None:
     """``text`` as an exact number when it is a plain integer, decimal or fraction, else None."""
+    if text.isdecimal():  # the usual answer: digits alone
+        return int(text)
     s = text.strip().strip("$").replace(",", "").replace(" ", "")
     if s.isdecimal() or (s[:1] in ("+", "-") and s[1:].isdecimal()):  # an integer: no Fraction needed
         return int(s)
@@ -51,6 +53,10 @@ def _plain_number(text: str) -> Fraction | int | None:
         except (ValueError, ZeroDivisionError):
             return None
     return None
+
+
+#: Gold answers repeat every episode of a task: parsed once (submitted answers are not cached).
+_gold_number = lru_cache(maxsize=65_536)(_plain_number)
 
 
 def _math_verify(gold: str, answer: str) -> bool:
@@ -72,7 +78,7 @@ def math_equal(gold: str, answer: str, timeout_s: float = 5.0) -> bool:
     Raises:
         JudgeError: math-verify did not finish within ``timeout_s``.
     """
-    g, a = _plain_number(gold), _plain_number(answer)
+    g, a = _gold_number(gold), _plain_number(answer)
     if g is not None and a is not None:
         return g == a
     future = _VERIFY_POOL.submit(_math_verify, gold, answer)
@@ -118,17 +124,9 @@ _MATCH = {True: Verdict(1.0, detail="equal"), False: Verdict(0.0, detail="not eq
 _EXACT = {True: Verdict(1.0), False: _ZERO}
 
 
-class _RuleJudge:
+class _RuleJudge(TurnJudge):
     name = "rule/base"
-    term = "outcome"
-    scope = "final"
     memoize = False  # cheap and deterministic: recomputing beats hashing the turn
-
-    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
-        return [self.score_one(t) for t in turns]
-
-    def score_one(self, turn: Turn) -> Verdict:
-        raise NotImplementedError
 
 
 class MathEquivJudge(_RuleJudge):

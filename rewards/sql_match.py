@@ -36,6 +36,7 @@ from sqlglot import exp
 from envs.errors import InfraError, JudgeError, ToolError
 from envs.parsing import parse_action
 from envs.sql_db import Database, open_database
+from rewards.protocol import TurnJudge
 from rewards.types import Turn, Verdict
 
 MatchMode = Literal["multiset", "set"]
@@ -209,19 +210,11 @@ class _Databases:
 DATABASES = _Databases()
 
 
-class _SQLJudge:
+class _SQLJudge(TurnJudge):
     name = "rule/sql"
-    term = "outcome"
-    scope = "final"
 
     def __init__(self, timeout_s: float = 5.0):
         self.timeout_s = timeout_s
-
-    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
-        return [self.score_one(t) for t in turns]
-
-    def score_one(self, turn: Turn) -> Verdict:
-        raise NotImplementedError
 
 
 class ExecutionMatchJudge(_SQLJudge):

@@ -34,7 +34,7 @@ from typing import Any
 
 from envs.errors import JudgeError
 from envs.parsing import ToolCall, parse_action
-from rewards.protocol import score_batch
+from rewards.protocol import TurnJudge, score_batch
 from rewards.types import Turn, Verdict
 
 
@@ -85,13 +85,10 @@ def param_values_score(call: ToolCall, ref: ToolCall) -> float:
     return hits / len(ref.arguments)
 
 
-class _TurnToolJudge:
+class _TurnToolJudge(TurnJudge):
     name = "tool/base"
     term = "tool"
     scope = "turn"
-
-    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
-        return [self.score_one(t) for t in turns]
 
     def score_one(self, turn: Turn) -> Verdict:
         calls, refs = turn.parsed.tool_calls, reference_calls(turn.task.meta)

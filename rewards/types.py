@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from envs.parsing import ParsedAction
 from envs.tasks import Task
 from envs.tools import ToolResult
 
 
-@dataclass(frozen=True)
-class Turn:
-    """Everything a judge may look at for one agent turn.
+class Turn(NamedTuple):
+    """Everything a judge may look at for one agent turn (an immutable named tuple: the env
+    builds one every step, and a named tuple is several times cheaper to build than a frozen
+    dataclass).
 
     Attributes:
         task: the episode's task (prompt and gold answer).
@@ -26,7 +28,7 @@ class Turn:
     """
 
     task: Task
-    index: int
+    index: int  # type: ignore[assignment]  # the turn number; shadows tuple.index on purpose
     action: str
     parsed: ParsedAction
     tool_results: tuple[ToolResult, ...] = ()
@@ -72,6 +74,8 @@ class Verdict:
     detail: str = field(default="", compare=False)
 
     def as_info(self) -> dict[str, float | int | str]:
+        if self.latency_s is None and self.tokens is None:  # rule judges: the score alone
+            return {"score": float(self.score)}
         out: dict[str, float | int | str] = {"score": float(self.score)}
         if self.latency_s is not None:
             out["latency_s"] = float(self.latency_s)

@@ -40,4 +40,8 @@ def test_weighted_sum() -> None:
     assert weighted_sum({"a": 1.0, "b": -0.25}) == 0.75
     with pytest.raises(ValueError, match="not finite"):
         weighted_sum({"a": math.inf})
+    with pytest.raises(ValueError, match=r"'b' \(nan\)"):  # the message names the bad term
+        weighted_sum({"a": 1.0, "b": math.nan})
+    with pytest.raises(ValueError, match="sum"):  # finite terms whose sum overflows
+        weighted_sum({"a": 1e308, "b": 1e308})
     assert isinstance(parse_judge_spec(JudgeSpec(((1.0, "rule/f1"),))), JudgeSpec)
