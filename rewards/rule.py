@@ -142,10 +142,12 @@ class MathEquivJudge(_RuleJudge):
         self.timeout_s = timeout_s
 
     def score_one(self, turn: Turn) -> Verdict:
-        if turn.answer is None:
+        answer, gold = turn.parsed.answer, turn.task.answer
+        if answer is None:
             return _NO_ANSWER
-        ok = any(math_equal(g, turn.answer, self.timeout_s) for g in gold_answers(turn.task.answer))
-        return _MATCH[ok]
+        if isinstance(gold, str):  # one gold answer: the usual case
+            return _MATCH[math_equal(gold, answer, self.timeout_s)]
+        return _MATCH[any(math_equal(g, answer, self.timeout_s) for g in gold_answers(gold))]
 
 
 class ExactMatchJudge(_RuleJudge):
@@ -154,10 +156,13 @@ class ExactMatchJudge(_RuleJudge):
     name = "rule/exact_match"
 
     def score_one(self, turn: Turn) -> Verdict:
-        if turn.answer is None:
+        answer, gold = turn.parsed.answer, turn.task.answer
+        if answer is None:
             return _NO_ANSWER
-        pred = normalize_answer(turn.answer)
-        ok = any(pred == _normalized_gold(g) for g in gold_answers(turn.task.answer))
+        pred = normalize_answer(answer)
+        if isinstance(gold, str):  # one gold answer: the usual case
+            return _EXACT[pred == _normalized_gold(gold)]
+        ok = any(pred == _normalized_gold(g) for g in gold_answers(gold))
         return _EXACT[ok]
 
 
