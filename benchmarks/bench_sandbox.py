@@ -107,6 +107,8 @@ def main() -> None:
             "ms",
             "lower",
             f"p95 ours {stats(times)[1] * 1e3:.1f}, baseline {stats(base_times)[1] * 1e3:.1f}",
+            "not a peer: the baseline runs the same program without isolation, so the ratio is the isolation's "
+            "cost (new namespaces, read-only binds, resource limits)",
         )
     for name, rate in tput.items():
         if name != "bare python -c":
