@@ -46,6 +46,23 @@ class StalenessReport:
         }
 
 
+def admit(
+    groups: list[list[Trajectory]], learner_version: int, max_staleness: int, stale: str, report: StalenessReport
+) -> list[list[Trajectory]]:
+    """The groups the learner at ``learner_version`` may train on: each group's lag (versions behind
+    its oldest trajectory) goes into ``report``; a group past ``max_staleness`` is dropped (and
+    counted) when ``stale == "drop"``, kept for the truncated IS correction otherwise."""
+    kept = []
+    for group in groups:
+        lag = learner_version - min(t.policy_version for t in group) if group else 0
+        if lag > max_staleness and stale == "drop":
+            report.dropped += 1
+            continue
+        report.staleness.append(lag)
+        kept.append(group)
+    return kept
+
+
 class AsyncCollector:
     """Producers generating GRPO groups concurrently with the learner.
 
@@ -170,14 +187,11 @@ class AsyncCollector:
             group = self._queue.get(timeout=timeout_s)
             if self._errors:
                 raise RuntimeError(f"a rollout producer failed: {self._errors[0]!r}") from self._errors[0]
-            lag = learner_version - min(t.policy_version for t in group)
-            if lag > self.max_staleness and self.stale == "drop":
-                report.dropped += 1
+            if not admit([group], learner_version, self.max_staleness, self.stale, report):
                 with self._cond:
                     self._dropped += 1
                     self._cond.notify_all()
                 continue
-            report.staleness.append(lag)
             groups.append(group)
         report.wait_s = time.perf_counter() - start
         return groups, report

@@ -182,7 +182,8 @@ class AsyncConfig:
     """Asynchronous rollouts: producers generate while the learner trains."""
 
     enabled: bool = False
-    """Run rollout producers in threads alongside the learner."""
+    """Generate while the learner trains: producer threads in-process; with --backend ray, the next
+    step's groups are played during this step's update (staleness at most 1)."""
     max_staleness: int = 1
     """Most policy versions a trajectory may lag the learner (0: behaves synchronously)."""
     producers: int = 2
@@ -318,6 +319,20 @@ class TrainConfig:
             "algo",
             self.algo,
             "tree-grpo runs synchronously; drop --asynchronous.enabled or use --algo grpo",
+        )
+        remote = self.backend == "ray" or self.policy.startswith(("vllm:", "vllm-engine:"))
+        _check(
+            not (remote and self.algo == "tree-grpo"),
+            "algo",
+            self.algo,
+            "tree-grpo runs with --backend local and an hf: policy; use --algo grpo with Ray or vLLM",
+        )
+        _check(
+            not (self.asynchronous.enabled and self.policy.startswith(("vllm:", "vllm-engine:"))),
+            "asynchronous.enabled",
+            True,
+            "a vLLM sampler reloads its weights between steps: train it synchronously "
+            "(async runs hf: policies, in-process or with --backend ray)",
         )
         _check(
             not self.recipes.sampling_active or (self.algo == "grpo" and not self.asynchronous.enabled),

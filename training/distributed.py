@@ -14,6 +14,7 @@ whose policy server failed, is dropped and counted, and the run goes on.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,10 +146,19 @@ class RayRollouts:
         address: an existing Ray cluster (``ray://host:10001`` or ``auto``); empty: a local one.
         max_retries: retries of a group whose worker died.
         cpus_per_worker: CPUs Ray reserves for each actor.
+        start_timeout_s: how long the workers may take to start (Ray holds an actor back until
+            the cluster has its CPUs free); past it the pool closes and raises ``InfraError``.
     """
 
     def __init__(
-        self, spec: WorkerSpec, num_workers: int, *, address: str = "", max_retries: int = 2, cpus_per_worker: float = 1
+        self,
+        spec: WorkerSpec,
+        num_workers: int,
+        *,
+        address: str = "",
+        max_retries: int = 2,
+        cpus_per_worker: float = 1,
+        start_timeout_s: float = 300.0,
     ):
         import ray
 
@@ -162,8 +172,21 @@ class RayRollouts:
         self._actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RolloutWorker)
         self._state_ref: Any = None
         self.version = 0
+        self._lock = threading.Lock()  # publish() and a collect() in another thread may both replace an actor
+        self._cancel = threading.Event()
+        free = float(ray.available_resources().get("CPU", 0.0))
         self.actors = [self._spawn(i) for i in range(num_workers)]
-        ray.get([a.ping.remote() for a in self.actors])
+        try:
+            ray.get([a.ping.remote() for a in self.actors], timeout=start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            from envs.errors import InfraError
+
+            raise InfraError(
+                f"{num_workers} Ray workers did not start within {start_timeout_s:g}s: they need "
+                f"{num_workers * cpus_per_worker:g} CPUs and the cluster had {free:g} free; "
+                "lower --num-workers or add nodes."
+            ) from None
 
     def _spawn(self, index: int) -> Any:
         actor: Any = self._actor_cls.remote(self.spec, index)
@@ -171,18 +194,30 @@ class RayRollouts:
             actor.set_weights.remote(self._state_ref, self.version)
         return actor
 
+    def _replace(self, index: int, dead: Any) -> None:
+        """Start a new actor in place of ``dead`` (once, however many callers saw it die)."""
+        with self._lock:
+            if self.actors[index] is dead:
+                self.actors[index] = self._spawn(index)
+
     def publish(self, state: Any, version: int) -> None:
-        """Send new weights (``None`` for vLLM policies) to every worker; waits for all of them."""
+        """Send new weights (``None`` for vLLM policies) to every worker; waits for all of them.
+
+        A worker busy with a group (a ``collect`` running in another thread) takes the weights
+        when that group is done: each actor runs one call at a time, so no group mixes weights.
+        """
         import ray
 
-        self._state_ref = ray.put(state) if state is not None else None
-        self.version = version
-        refs = [a.set_weights.remote(self._state_ref, version) for a in self.actors]
+        with self._lock:
+            self._state_ref = ray.put(state) if state is not None else None
+            self.version = version
+            actors = list(self.actors)
+        refs = [a.set_weights.remote(self._state_ref, version) for a in actors]
         for i, ref in enumerate(refs):
             try:
                 ray.get(ref)
             except ray.exceptions.RayActorError:
-                self.actors[i] = self._spawn(i)
+                self._replace(i, actors[i])
 
     def collect(
         self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
@@ -194,21 +229,23 @@ class RayRollouts:
         pending = list(range(len(groups)))[::-1]
         tries = [0] * len(groups)
         results: dict[int, list[Trajectory]] = {}
-        running: dict[Any, tuple[int, int]] = {}
+        running: dict[Any, tuple[int, int, Any]] = {}
         free = list(range(len(self.actors)))
         while pending or running:
+            if self._cancel.is_set():  # cancel(): finish the running groups, start no more
+                pending.clear()
             while pending and free:
                 g, w = pending.pop(), free.pop()
                 task_id, seeds = groups[g]
-                ref = self.actors[w].play.remote(task_id, list(seeds), sampling, max_context_tokens)
-                running[ref] = (g, w)
+                actor = self.actors[w]
+                running[actor.play.remote(task_id, list(seeds), sampling, max_context_tokens)] = (g, w, actor)
             done, _ = ray.wait(list(running), num_returns=1)
-            g, w = running.pop(done[0])
+            g, w, actor = running.pop(done[0])
             try:
                 results[g] = ray.get(done[0])
             except ray.exceptions.RayActorError:
                 stats.worker_deaths += 1
-                self.actors[w] = self._spawn(w)
+                self._replace(w, actor)
                 self._retry(g, tries, pending, stats)
             except ray.exceptions.RayTaskError as exc:
                 from envs.errors import InfraError
@@ -218,6 +255,10 @@ class RayRollouts:
                 self._retry(g, tries, pending, stats)
             free.append(w)
         return [results[g] for g in sorted(results)], stats
+
+    def cancel(self) -> None:
+        """Make a ``collect`` running in another thread return once its running groups finish."""
+        self._cancel.set()
 
     def _retry(self, g: int, tries: list[int], pending: list[int], stats: CollectStats) -> None:
         tries[g] += 1

@@ -6,18 +6,27 @@ played changes. Rollouts run on :class:`training.distributed.RayRollouts` worker
 process for ``--backend local``), sampling from published ``hf:`` weights, from vLLM servers
 that reload the learner's weights after every step, or from an in-process vLLM engine
 (``vllm-engine:<dir>``) into which the learner's tensors are copied after every step.
+
+With ``--asynchronous.enabled`` (``hf:`` policies, ``max_staleness >= 1``) the next step's groups
+are played while the learner trains on this step's: a background thread runs the next
+``collect`` as soon as this one returns, so a batch lags the learner by at most one version and
+the truncated IS correction (from the recorded behaviour log-probs) covers the lag. Each
+worker takes new weights between groups, never inside one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from agents.policy import SamplingParams
 from agents.rollout import Trajectory
 from envs.errors import ConfigError
+from training.asyncrl import StalenessReport, admit
 from training.config import TrainConfig
 from training.distributed import CollectStats, RayRollouts, RolloutWorker, WorkerSpec
 
@@ -27,14 +36,26 @@ class LocalRollouts:
 
     def __init__(self, spec: WorkerSpec):
         self.worker = RolloutWorker(spec, 0)
+        self._lock = threading.Lock()  # new weights land between groups, as on a Ray actor
+        self._cancel = threading.Event()
 
     def publish(self, state: Any, version: int) -> None:
-        self.worker.set_weights(state, version)
+        with self._lock:
+            self.worker.set_weights(state, version)
 
     def collect(
         self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
     ) -> tuple[list[list[Trajectory]], CollectStats]:
-        return [self.worker.play(t, s, sampling, max_context_tokens) for t, s in groups], CollectStats()
+        out = []
+        for task_id, seeds in groups:
+            if self._cancel.is_set():
+                break
+            with self._lock:
+                out.append(self.worker.play(task_id, seeds, sampling, max_context_tokens))
+        return out, CollectStats()
+
+    def cancel(self) -> None:
+        self._cancel.set()
 
     def close(self) -> None:
         self.worker.close()
@@ -84,8 +105,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
     from training.ddp import setup_learner
     from training.trainer import build_run, checkpoint, checkpoint_due, learner_step, reward_metrics, step_tasks
 
-    if cfg.algo != "grpo" or cfg.asynchronous.enabled:
-        raise ConfigError("--backend ray / --policy vllm: train with --algo grpo, synchronously, for now.")
+    a = cfg.asynchronous
     vllm = cfg.policy.startswith("vllm:")
     run = build_run(replace(cfg, policy=learner_policy(cfg)))
     learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP; rank 0 alone drives rollouts and writes
@@ -100,6 +120,10 @@ def train_distributed(cfg: TrainConfig) -> Any:
 
         server = VLLMPolicy(cfg.policy[5:].split(","), run.policy.tokenizer, model=spec.served_model)
     log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
+    collect = _collector(pool, cfg, run, step_tasks)
+    # async: one thread plays the next step's groups while the learner trains on this step's
+    prefetch = ThreadPoolExecutor(1, "prm-next-rollouts") if a.enabled and a.max_staleness >= 1 else None
+    ahead: Future[tuple[list[list[Trajectory]], CollectStats]] | None = None
     try:
         if pool is not None and server is None:
             _push_weights(run, pool, None, cfg)
@@ -107,20 +131,17 @@ def train_distributed(cfg: TrainConfig) -> Any:
             pool.publish(None, run.policy.version)
         while run.step < cfg.steps:
             t0 = time.perf_counter()
-            pairs = step_tasks(cfg, run.train_ids, run.step, cfg.tasks_per_step)
-            groups, stats = (
-                pool.collect(
-                    [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs],
-                    run.sampling,
-                    cfg.sampling.max_context_tokens,
-                )
-                if learner.is_main
-                else ([], None)
-            )
-            groups, stats = learner.broadcast((groups, stats))
+            report = StalenessReport()
+            if learner.is_main:
+                groups, stats = ahead.result() if ahead is not None else collect(run.step)
+                ahead = prefetch.submit(collect, run.step + 1) if prefetch and run.step + 1 < cfg.steps else None
+                groups = admit(groups, run.policy.version, a.max_staleness, a.stale, report)
+            else:
+                groups, stats = [], CollectStats()
+            groups, stats, report = learner.broadcast((groups, stats, report))
             trajs = [t for g in groups for t in g]
             t1 = time.perf_counter()
-            values: dict[str, float] = {**stats.as_metrics(), "rollout_s": t1 - t0}
+            values: dict[str, float] = {**stats.as_metrics(), **report.as_metrics(), "rollout_s": t1 - t0}
             if trajs:
                 grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
                 batch = build_batch(
@@ -153,6 +174,10 @@ def train_distributed(cfg: TrainConfig) -> Any:
             if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and learner.is_main:
                 checkpoint(run)
     finally:
+        if prefetch is not None:  # an early exit: let the next step's collect stop after its running groups
+            if pool is not None:
+                pool.cancel()
+            prefetch.shutdown(wait=True, cancel_futures=True)
         if pool is not None:
             pool.close()
     if learner.is_main:
@@ -160,3 +185,19 @@ def train_distributed(cfg: TrainConfig) -> Any:
     log.close()
     learner.close()
     return run
+
+
+def _collector(
+    pool: Any, cfg: TrainConfig, run: Any, step_tasks: Callable[..., list[tuple[str, int]]]
+) -> Callable[[int], tuple[list[list[Trajectory]], CollectStats]]:
+    """``step -> (groups, stats)``: play that step's groups (the in-process trainer's task schedule)."""
+
+    def collect(step: int) -> tuple[list[list[Trajectory]], CollectStats]:
+        pairs = step_tasks(cfg, run.train_ids, step, cfg.tasks_per_step)
+        groups = [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs]
+        result: tuple[list[list[Trajectory]], CollectStats] = pool.collect(
+            groups, run.sampling, cfg.sampling.max_context_tokens
+        )
+        return result
+
+    return collect

@@ -28,6 +28,15 @@ def pool() -> Iterator[RayRollouts]:
         yield p
 
 
+@pytest.mark.slow
+def test_workers_that_cannot_be_placed_fail_with_the_cpu_count(pool: RayRollouts) -> None:
+    from envs.errors import InfraError
+
+    with pytest.raises(InfraError, match=r"need 64 CPUs and the cluster had [\d.]+ free"):
+        RayRollouts(WorkerSpec("prm/Math-v0"), num_workers=1, cpus_per_worker=64, start_timeout_s=3)
+    assert ray.is_initialized()  # the module's cluster is still up for the other tests
+
+
 def _task_ids(n: int) -> list[str]:
     env = gym.make("prm/Math-v0")
     ids = list(env.unwrapped.tasks.ids)[:n]  # type: ignore[attr-defined]
@@ -71,14 +80,18 @@ def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> N
 
 
 @pytest.mark.slow
-def test_train_agent_backend_ray_runs_and_logs(pool: RayRollouts, tmp_path: Path) -> None:
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_train_agent_backend_ray_runs_and_logs(pool: RayRollouts, tmp_path: Path, asynchronous: bool) -> None:
     out = tmp_path / "run"
-    argv = ["--backend", "ray", "--num-workers", "1", "--steps", "2", "--group-size", "2", "--tasks-per-step", "2"]
+    argv = ["--backend", "ray", "--num-workers", "1", "--steps", "3", "--group-size", "2", "--tasks-per-step", "2"]
     argv += ["--output-dir", str(out), "--no-tensorboard", "--no-progress", "--sampling.max-new-tokens", "8"]
+    argv += ["--asynchronous.enabled"] if asynchronous else []
     assert main(argv) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "ray/worker_deaths" in r]
-    assert [r["step"] for r in steps] == [1, 2]
+    assert [r["step"] for r in steps] == [1, 2, 3]
     assert all(r["trained_rows"] == 4 for r in steps)
+    # async: later batches were played while the learner trained, at most one version behind
+    assert all(r["staleness_max"] <= (1.0 if asynchronous else 0.0) for r in steps)
     assert (out / "checkpoint.pt").exists()
     assert ray.is_initialized()  # the run joined the module's cluster and left it running

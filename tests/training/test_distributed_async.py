@@ -1,0 +1,85 @@
+"""The --backend ray / vllm: loop with --asynchronous.enabled: the next step's groups are played
+while the learner trains (run here with the in-process pool, which Ray workers stand in for)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envs.errors import ConfigError
+from tests.training.test_trainer import small
+from training import distributed_loop
+from training.config import AsyncConfig, TrainConfig
+from training.distributed_loop import LocalRollouts, train_distributed
+from training.metrics import read_metrics
+
+
+@pytest.fixture
+def collect_log(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The worker's policy version each time a step's collect starts."""
+    versions: list[int] = []
+    original = LocalRollouts.collect
+
+    def spy(self: LocalRollouts, *args: Any, **kwargs: Any) -> Any:
+        versions.append(self.worker.policy.version)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalRollouts, "collect", spy)
+    return versions
+
+
+def prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("prm-next-rollouts")]
+
+
+def test_sync_loop_collects_each_step_with_the_newest_weights(tmp_path: Path, collect_log: list[int]) -> None:
+    run = train_distributed(small(tmp_path, steps=3, tasks_per_step=2))
+    assert run.step == 3 and collect_log == [0, 1, 2]
+    rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
+    assert [r["staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
+
+
+def test_async_loop_plays_the_next_step_while_the_learner_trains(tmp_path: Path, collect_log: list[int]) -> None:
+    cfg = small(tmp_path, steps=3, tasks_per_step=2, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
+    run = train_distributed(cfg)
+    # step s's groups start playing before the learner has finished step s-1 (one version behind)
+    assert run.step == 3 and collect_log == [0, 0, 1]
+    rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
+    assert len(rows) == 3 and all(r["trained_rows"] == 4 for r in rows)
+    assert rows[0]["staleness_max"] == 0.0 and all(0.0 <= r["staleness_max"] <= 1.0 for r in rows)
+    assert (tmp_path / "checkpoint.pt").exists() and not prefetch_threads()
+
+
+def test_zero_staleness_keeps_the_async_loop_synchronous(tmp_path: Path, collect_log: list[int]) -> None:
+    cfg = small(tmp_path, steps=2, asynchronous=AsyncConfig(enabled=True, max_staleness=0))
+    train_distributed(cfg)
+    assert collect_log == [0, 1]
+
+
+def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.trainer
+
+    closed: list[bool] = []
+    monkeypatch.setattr(LocalRollouts, "close", lambda self: closed.append(True))
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, float]:
+        raise RuntimeError("learner out of memory")
+
+    monkeypatch.setattr(training.trainer, "learner_step", broken)
+    cfg = small(tmp_path, steps=3, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train_distributed(cfg)
+    assert closed == [True] and not prefetch_threads()
+    assert distributed_loop.LocalRollouts is LocalRollouts
+
+
+def test_config_rejects_what_the_remote_loop_cannot_run() -> None:
+    with pytest.raises(ConfigError, match="vLLM sampler"):
+        TrainConfig(policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x", asynchronous=AsyncConfig(enabled=True))
+    with pytest.raises(ConfigError, match="tree-grpo runs with --backend local"):
+        TrainConfig(algo="tree-grpo", backend="ray")
