@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -50,7 +49,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from peer_client import PeerSession
+from peer_client import PeerSession, peer_python
 from result_line import emit, median, settle, skipped, spread
 
 from envs.base import ToolEnv
@@ -64,7 +63,6 @@ from envs.sql_tasks import generate_sql_tasks
 from envs.tasks import Task, TaskSet
 
 HERE = Path(__file__).resolve().parent
-PEERS_DIR = HERE.parent / ".venv-peers"
 ENV_IDS = {"math": "prm/Math-v0", "search": "prm/Search-v0", "sql": "prm/SQL-v0"}
 #: The outcome judge alone: the same work as the peers' outcome-only rewards.
 OUTCOME_ONLY = {"math": "rule/math_equiv", "search": "rule/exact_match", "sql": "rule/execution_match"}
@@ -238,12 +236,6 @@ def compare(
     n = len(ours["outcome"][2])
     print(f"{env_id:<14} {'outcome agreement':<46} {agree}/{n} cases agree with {base}")
     emit("envs", f"{env_id} reward agreement with {label}", agree, n, f"{base}: all cases", "cases agreeing", "higher")
-
-
-def peer_python(peer: str, override: str) -> Path:
-    """The peer's interpreter: ``--<peer>-python``, ``$<PEER>_PYTHON``, else ``.venv-peers/<peer>``."""
-    given = override or os.environ.get(PEERS[peer][1], "")
-    return Path(given).absolute() if given else PEERS_DIR / peer / "bin" / "python"
 
 
 def default_extras(kind: str, tasks: TaskSet) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sqlite3
 import statistics
@@ -28,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from result_line import emit, spread
+from peer_client import peer_python
+from result_line import emit, skipped, spread
 
 from envs.parsing import format_answer, parse_action
 from envs.sql_tasks import generate_sql_tasks
@@ -129,16 +129,11 @@ def agreement(cases: list[tuple[Task, str]], turns: list[Turn], skyrl_python: st
     print(f"skyrl-gym calculate_reward_single: {len(cases) / skyrl_s:.0f} checks/s (one run, incl. interpreter start)")
 
 
-def _default_skyrl() -> str:
-    path = Path("/tmp/skyrl-venv/bin/python")
-    return str(path) if path.exists() else ""
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--skyrl-python", default=os.environ.get("SKYRL_PYTHON", _default_skyrl()))
+    ap.add_argument("--skyrl-python", default="", help="default: $SKYRL_PYTHON, else make bench-peers' venv")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmpdir:
         tmp = Path(tmpdir)
@@ -165,7 +160,12 @@ def main() -> None:
             "higher",
             f"ours {ours[1]}, baseline {base[1]}",
         )
-        if args.skyrl_python:
+        skyrl_python = peer_python("skyrl", args.skyrl_python)
+        if not skyrl_python.exists():
+            why = f"skyrl-gym not installed ({skyrl_python} not found): run `make bench-peers`"
+            print(f"agreement with skyrl-gym: skipped, {why}")
+            skipped("sql", "reward agreement with skyrl-gym SQL reward", "skyrl-gym", why, "cases agreeing")
+        else:
             shutil.copytree(tmp / "dbs", tmp / "skyrl-dbs")  # skyrl opens databases read-write
             sk_cases = [
                 (
@@ -179,7 +179,7 @@ def main() -> None:
                 )
                 for t, p in cases
             ]
-            agreement(sk_cases, turns, args.skyrl_python, tmp)
+            agreement(sk_cases, turns, str(skyrl_python), tmp)
 
 
 if __name__ == "__main__":

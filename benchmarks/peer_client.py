@@ -25,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 WORKER = Path(__file__).resolve().parent / "peer_worker.py"
+#: Where ``make bench-peers`` installs each peer suite: ``.venv-peers/<peer>``.
+PEERS_DIR = WORKER.parent.parent / ".venv-peers"
+
+
+def peer_python(peer: str, override: str = "") -> Path:
+    """The peer's interpreter: ``override``, ``$<PEER>_PYTHON``, else ``.venv-peers/<peer>/bin/python``."""
+    given = override or os.environ.get(f"{peer.upper()}_PYTHON", "")
+    return Path(given).absolute() if given else PEERS_DIR / peer / "bin" / "python"
 
 
 class PeerSession:
