@@ -28,7 +28,7 @@ demo: setup
 
 ## Set everything up and run the default test suite (slow, gpu and network tests deselected).
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup tests
 
 ## The long checks: real model servers, long training runs.
 test-slow: setup

@@ -100,6 +100,8 @@ def worker(out: Path) -> None:
     run = train(sharded)
     torch.save(run.policy.model.state_dict(), out / f"sharded.rank{rank}.pt")
     train(dataclasses.replace(sharded, steps=3, resume=True))
+    dist.barrier()
+    dist.destroy_process_group()  # leave gloo before exit: tearing it down at exit can abort a rank
 
 
 def _free_port() -> int:

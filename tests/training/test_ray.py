@@ -20,6 +20,8 @@ from training.cli import main  # noqa: E402
 from training.distributed import RayRollouts, WorkerSpec  # noqa: E402
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
+# One xdist worker runs this module (make test passes --dist loadgroup): one Ray cluster, not one per worker.
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +71,7 @@ def test_ray_workers_play_exactly_what_the_local_loop_plays(pool: RayRollouts) -
 
 
 def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> None:
+    pool.publish(HFPolicy.from_id("hf:tiny", seed=3).model.state_dict(), version=5)
     before = ray.get(pool.actors[0].ping.remote())
     pool.kill_worker(0)
     groups, stats = pool.collect([(t, [1, 2]) for t in _task_ids(4)], GREEDY, 1024)
