@@ -200,11 +200,13 @@ class RayRollouts:
             if self.actors[index] is dead:
                 self.actors[index] = self._spawn(index)
 
-    def publish(self, state: Any, version: int) -> None:
-        """Send new weights (``None`` for vLLM policies) to every worker; waits for all of them.
+    def publish(self, state: Any, version: int, *, wait: bool = True) -> None:
+        """Send new weights (``None`` for vLLM policies) to every worker; ``wait``: until all have them.
 
         A worker busy with a group (a ``collect`` running in another thread) takes the weights
         when that group is done: each actor runs one call at a time, so no group mixes weights.
+        With ``wait=False`` the learner goes on meanwhile (a worker that died is replaced, with
+        the newest weights, by the ``collect`` that finds it dead).
         """
         import ray
 
@@ -213,6 +215,8 @@ class RayRollouts:
             self.version = version
             actors = list(self.actors)
         refs = [a.set_weights.remote(self._state_ref, version) for a in actors]
+        if not wait:
+            return
         for i, ref in enumerate(refs):
             try:
                 ray.get(ref)

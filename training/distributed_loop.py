@@ -38,10 +38,20 @@ class LocalRollouts:
         self.worker = RolloutWorker(spec, 0)
         self._lock = threading.Lock()  # new weights land between groups, as on a Ray actor
         self._cancel = threading.Event()
+        self._pending: tuple[Any, int] | None = None
 
-    def publish(self, state: Any, version: int) -> None:
-        with self._lock:
+    def publish(self, state: Any, version: int, *, wait: bool = True) -> None:
+        """New weights now, or (``wait=False`` while a group is playing) before the next group."""
+        if not wait and not self._lock.acquire(blocking=False):
+            self._pending = (state, version)
+            return
+        if wait:
+            self._lock.acquire()
+        try:
+            self._pending = None
             self.worker.set_weights(state, version)
+        finally:
+            self._lock.release()
 
     def collect(
         self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
@@ -51,6 +61,9 @@ class LocalRollouts:
             if self._cancel.is_set():
                 break
             with self._lock:
+                if self._pending is not None:
+                    self.worker.set_weights(*self._pending)
+                    self._pending = None
                 out.append(self.worker.play(task_id, seeds, sampling, max_context_tokens))
         return out, CollectStats()
 
@@ -84,15 +97,15 @@ def learner_policy(cfg: TrainConfig) -> str:
     return cfg.vllm_weights if cfg.policy.startswith("vllm:") else cfg.policy
 
 
-def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig) -> None:
-    """After a learner step: the workers' (or the vLLM servers') weights become the learner's."""
+def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig, *, wait: bool = True) -> None:
+    """After a learner step: the workers' (or the vLLM servers') weights become the learner's
+    (``wait=False``, async: workers busy with the next step's groups take them after their group)."""
     if server is None and cfg.policy.startswith("vllm-engine:"):
         pool.publish(run.policy.model.state_dict(), run.policy.version)  # the engine copies them, on their device
         return
     if server is None:
-        pool.publish(
-            {k: v.detach().cpu().clone() for k, v in run.policy.model.state_dict().items()}, run.policy.version
-        )
+        state = {k: v.detach().cpu().clone() for k, v in run.policy.model.state_dict().items()}
+        pool.publish(state, run.policy.version, wait=wait)
         return
     run.policy.model.save_pretrained(cfg.vllm_weights[3:])
     server.reload_weights(version=run.policy.version)
@@ -167,7 +180,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
                 run.policy.version += 1
                 learner.after_step(run, checkpoint_due=checkpoint_due(cfg, run.step + 1))
                 if learner.is_main:
-                    _push_weights(run, pool, server, cfg)
+                    _push_weights(run, pool, server, cfg, wait=prefetch is None)
             run.step += 1
             values["learn_s"] = time.perf_counter() - t1
             log.log(run.step, values)

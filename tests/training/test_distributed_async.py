@@ -83,3 +83,21 @@ def test_config_rejects_what_the_remote_loop_cannot_run() -> None:
         TrainConfig(policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x", asynchronous=AsyncConfig(enabled=True))
     with pytest.raises(ConfigError, match="tree-grpo runs with --backend local"):
         TrainConfig(algo="tree-grpo", backend="ray")
+
+
+def test_publish_without_waiting_lands_before_the_next_group() -> None:
+    from agents.policy import SamplingParams
+    from training.distributed import WorkerSpec
+
+    pool = LocalRollouts(WorkerSpec("prm/Math-v0", env_kwargs={"levels": [1], "num_tasks": 4}))
+    try:
+        state = pool.worker.policy.model.state_dict()
+        with pool._lock:  # a group is playing
+            pool.publish(state, 7, wait=False)  # returns at once instead of waiting for the group
+            assert pool.worker.policy.version == 0
+        groups, _ = pool.collect([("math-train-0-00000", [0, 1])], SamplingParams(max_new_tokens=4), 512)
+        assert [t.policy_version for t in groups[0]] == [7, 7]
+        pool.publish(state, 8)  # waiting: immediate when no group is playing
+        assert pool.worker.policy.version == 8
+    finally:
+        pool.close()
