@@ -182,8 +182,7 @@ class AsyncConfig:
     """Asynchronous rollouts: producers generate while the learner trains."""
 
     enabled: bool = False
-    """Generate while the learner trains: producer threads in-process; with --backend ray, the next
-    step's groups are played during this step's update (staleness at most 1)."""
+    """Generate while the learner trains: producer threads in-process; the next step's groups on Ray."""
     max_staleness: int = 1
     """Most policy versions a trajectory may lag the learner (0: behaves synchronously)."""
     producers: int = 2
