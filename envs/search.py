@@ -137,6 +137,7 @@ class SearchEnv(ToolEnv):
             self.retriever = index
         self._seen: set[str] = set()
         self._turn_stats = (0, 0)
+        self._recall = -1.0  # gold recall so far this episode: updated by search(), read by step()
         super().__init__(
             task_set,
             tools=[Tool.from_function(self.search, "search")],
@@ -160,20 +161,25 @@ class SearchEnv(ToolEnv):
         calls, count = self._turn_stats
         self._turn_stats = (calls + 1, count + len(passages))
         self._seen.update(p.id for p in passages)
+        self._recall = self._gold_recall()
         return format_passages(passages)
 
     def start_episode(self, task: Task) -> None:
         self._seen = set()
         self._turn_stats = (0, 0)
+        self._recall = self._gold_recall()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._turn_stats = (0, 0)
         obs, reward, terminated, truncated, info = super().step(action)
-        gold = self._task.meta.get("gold_ids") if self._task is not None else None
-        recall = len(self._seen.intersection(gold)) / len(gold) if gold else -1.0
         queries, passages = self._turn_stats
-        info["retrieval"] = {"queries": queries, "passages": passages, "gold_recall": float(recall)}
+        info["retrieval"] = {"queries": queries, "passages": passages, "gold_recall": self._recall}
         return obs, reward, terminated, truncated, info
+
+    def _gold_recall(self) -> float:
+        """The share of the task's gold passages retrieved so far this episode (-1.0: no gold ids)."""
+        gold = self._task.meta.get("gold_ids") if self._task is not None else None
+        return float(len(self._seen.intersection(gold)) / len(gold)) if gold else -1.0
 
     def close(self) -> None:
         if not self._closed and self._owns_retriever:

@@ -37,7 +37,8 @@ _VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="math-verify
 
 _NUMBER_RE = re.compile(r"[-+]?\d+(?:\.\d+)?|[-+]?\d+/\d+")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+_ARTICLES = ("a", "an", "the")
+_ARTICLES_RE = re.compile(rf"\b({'|'.join(_ARTICLES)})\b")
 
 
 def _plain_number(text: str) -> Fraction | int | None:
@@ -91,7 +92,10 @@ def math_equal(gold: str, answer: str, timeout_s: float = 5.0) -> bool:
 
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = _ARTICLES_RE.sub(" ", text.lower().translate(_PUNCTUATION))
+    text = text.lower()
+    if text.isalnum():  # one word (a year, a name): nothing to strip unless it is an article itself
+        return "" if text in _ARTICLES else text
+    text = _ARTICLES_RE.sub(" ", text.translate(_PUNCTUATION))
     return " ".join(text.split())
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import envs  # noqa: F401
 from envs.errors import ConfigError
@@ -95,3 +97,20 @@ def test_plain_numbers_compare_exactly_without_math_verify() -> None:
 def test_normalisation_strips_every_punctuation_mark_and_article() -> None:
     assert normalize_answer("A (big) 'deal', the end!?") == "big deal end"
     assert normalize_answer("An  apple—a day") == "apple— day"  # an em dash is not ASCII punctuation
+    words = ("The", "Oslo", "1990", "an", "Ünïcode²")
+    assert [normalize_answer(w) for w in words] == ["", "oslo", "1990", "", "ünïcode²"]
+
+
+def _squad_normalise(text: str) -> str:
+    """The normalisation spelled out, without normalize_answer's one-word fast path."""
+    import re
+    import string
+
+    text = re.sub(r"\b(a|an|the)\b", " ", text.lower().translate(str.maketrans("", "", string.punctuation)))
+    return " ".join(text.split())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(), st.sampled_from(["a", "An", "THE", "the end", "x_y", "Ǆ", "ǅa", "a1", "İ"])))
+def test_one_word_fast_path_normalises_as_the_general_path(text: str) -> None:
+    assert normalize_answer(text) == _squad_normalise(text)
