@@ -85,6 +85,8 @@ def main() -> None:
         note = (
             "not a peer: one Ray worker does the in-process work plus the actor hop (sending the groups, "
             "returning the trajectories), so the ratio is that hop's cost; workers beyond one add throughput"
+            if name == "ray x1"
+            else ""
         )
         emit("ray", row, statistics.median(mine), base, "in-process", "ep/s", "higher", spreads, note)
     train_rows(args.train_steps)

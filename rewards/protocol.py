@@ -70,7 +70,7 @@ class TurnJudge:
 def turn_scorer(judge: Judge | AsyncJudge) -> Callable[[Turn], Verdict]:
     """A function that scores one turn with ``judge``: its own ``score_one`` when ``judge`` is a
     :class:`TurnJudge` whose ``score`` is still the plain loop over it, else a batch of one."""
-    if isinstance(judge, TurnJudge) and type(judge).score is TurnJudge.score:
+    if isinstance(judge, TurnJudge) and getattr(judge.score, "__func__", None) is TurnJudge.score:
         return judge.score_one
     return lambda turn: score_batch(judge, [turn])[0]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import string
+import unicodedata
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -41,13 +42,25 @@ _ARTICLES = ("a", "an", "the")
 _ARTICLES_RE = re.compile(rf"\b({'|'.join(_ARTICLES)})\b")
 
 
-def _plain_number(text: str) -> Fraction | int | None:
+def _integer(s: str) -> int | str:
+    """The integer ``s`` spells (digits with an optional sign). One too long for ``int()`` (over
+    ``sys.get_int_max_str_digits()`` digits) comes back as its canonical spelling: ASCII digits,
+    no leading zeros, ``-`` kept."""
+    try:
+        return int(s)
+    except ValueError:
+        sign, digits = ("-", s[1:]) if s[:1] == "-" else ("", s.lstrip("+"))
+        canonical = "".join(str(unicodedata.decimal(c)) for c in digits).lstrip("0") or "0"
+        return sign + canonical if canonical != "0" else "0"
+
+
+def _plain_number(text: str) -> Fraction | int | str | None:
     """``text`` as an exact number when it is a plain integer, decimal or fraction, else None."""
     if text.isdecimal():  # the usual answer: digits alone
-        return int(text)
+        return _integer(text)
     s = text.strip().strip("$").replace(",", "").replace(" ", "")
     if s.isdecimal() or (s[:1] in ("+", "-") and s[1:].isdecimal()):  # an integer: no Fraction needed
-        return int(s)
+        return _integer(s)
     if _NUMBER_RE.fullmatch(s):
         try:
             return Fraction(s)

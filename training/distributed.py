@@ -236,14 +236,16 @@ class RayRollouts:
         running: dict[Any, tuple[int, int, Any]] = {}
         free = list(range(len(self.actors)))
         while pending or running:
-            if self._cancel.is_set():  # cancel(): finish the running groups, start no more
-                pending.clear()
+            if self._cancel.is_set():  # cancel(): start no more groups, stop waiting for running ones
+                break
             while pending and free:
                 g, w = pending.pop(), free.pop()
                 task_id, seeds = groups[g]
                 actor = self.actors[w]
                 running[actor.play.remote(task_id, list(seeds), sampling, max_context_tokens)] = (g, w, actor)
-            done, _ = ray.wait(list(running), num_returns=1)
+            done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            if not done:  # still playing: look at cancel() again
+                continue
             g, w, actor = running.pop(done[0])
             try:
                 results[g] = ray.get(done[0])
@@ -261,7 +263,8 @@ class RayRollouts:
         return [results[g] for g in sorted(results)], stats
 
     def cancel(self) -> None:
-        """Make a ``collect`` running in another thread return once its running groups finish."""
+        """Make a ``collect`` running in another thread return within a second, leaving its running
+        groups to the actors (which :meth:`close` then kills)."""
         self._cancel.set()
 
     def _retry(self, g: int, tries: list[int], pending: list[int], stats: CollectStats) -> None:

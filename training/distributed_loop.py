@@ -36,22 +36,21 @@ class LocalRollouts:
 
     def __init__(self, spec: WorkerSpec):
         self.worker = RolloutWorker(spec, 0)
-        self._lock = threading.Lock()  # new weights land between groups, as on a Ray actor
+        self._lock = threading.Lock()  # held while a group plays: new weights land between groups
+        self._slot = threading.Lock()  # guards _pending, the newest weights not yet loaded
         self._cancel = threading.Event()
         self._pending: tuple[Any, int] | None = None
 
     def publish(self, state: Any, version: int, *, wait: bool = True) -> None:
-        """New weights now, or (``wait=False`` while a group is playing) before the next group."""
-        if not wait and not self._lock.acquire(blocking=False):
-            self._pending = (state, version)
+        """New weights now (after a playing group), or with ``wait=False`` before the next group."""
+        if not wait:
+            with self._slot:
+                self._pending = (state, version)
             return
-        if wait:
-            self._lock.acquire()
-        try:
-            self._pending = None
+        with self._lock:
+            with self._slot:
+                self._pending = None
             self.worker.set_weights(state, version)
-        finally:
-            self._lock.release()
 
     def collect(
         self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
@@ -61,9 +60,10 @@ class LocalRollouts:
             if self._cancel.is_set():
                 break
             with self._lock:
-                if self._pending is not None:
-                    self.worker.set_weights(*self._pending)
-                    self._pending = None
+                with self._slot:
+                    pending, self._pending = self._pending, None
+                if pending is not None:
+                    self.worker.set_weights(*pending)
                 out.append(self.worker.play(task_id, seeds, sampling, max_context_tokens))
         return out, CollectStats()
 
@@ -154,6 +154,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
             groups, stats, report = learner.broadcast((groups, stats, report))
             trajs = [t for g in groups for t in g]
             t1 = time.perf_counter()
+            report.wait_s = t1 - t0  # the learner's wait for this step's groups (async: what overlap left)
             values: dict[str, float] = {**stats.as_metrics(), **report.as_metrics(), "rollout_s": t1 - t0}
             if trajs:
                 grouping = Grouping([i for i, g in enumerate(groups) for _ in g])

@@ -46,3 +46,9 @@ def test_overridden_batch_method_and_other_judges_go_through_the_batch() -> None
     assert turn_scorer(judge)(TURN).score == 0.75
     assert (judge.batch, judge.one) == (1, 0)
     assert turn_scorer(FakeJudge("test/fake", lambda t: 0.5))(TURN).score == 0.5
+
+
+def test_a_batch_method_patched_on_the_instance_is_used() -> None:
+    judge = Counting()
+    judge.score = lambda turns: [Verdict(0.5) for _ in turns]  # type: ignore[method-assign]
+    assert turn_scorer(judge)(TURN).score == 0.5 and judge.one == 0

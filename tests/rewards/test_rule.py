@@ -92,6 +92,8 @@ def test_plain_numbers_compare_exactly_without_math_verify() -> None:
     assert math_equal("7/2", "3.5") and math_equal("١٢", "12")  # unicode decimal digits, as int() reads them
     assert not math_equal("42", "43") and not math_equal("2", "2.000001")
     assert score("rule/math_equiv", turn("<answer>-17</answer>", -17)) == 1.0
+    huge = "9" * 5000  # past int()'s 4300-digit limit: compared as canonical digit strings, not an error
+    assert math_equal(huge, "0" + huge) and not math_equal("42", huge) and not math_equal("1" + "0" * 5000, huge)
 
 
 def test_normalisation_strips_every_punctuation_mark_and_article() -> None:

@@ -4,6 +4,7 @@ while the learner trains (run here with the in-process pool, which Ray workers s
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,45 +19,60 @@ from training.metrics import read_metrics
 
 
 @pytest.fixture
-def collect_log(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The worker's policy version each time a step's collect starts."""
-    versions: list[int] = []
-    original = LocalRollouts.collect
+def timeline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
+    """When each step's collect started and each learner step ended."""
+    import training.trainer
 
-    def spy(self: LocalRollouts, *args: Any, **kwargs: Any) -> Any:
-        versions.append(self.worker.policy.version)
-        return original(self, *args, **kwargs)
+    events: list[tuple[str, float]] = []
+    collect, learner_step = LocalRollouts.collect, training.trainer.learner_step
 
-    monkeypatch.setattr(LocalRollouts, "collect", spy)
-    return versions
+    def spy_collect(self: LocalRollouts, *args: Any, **kwargs: Any) -> Any:
+        events.append(("collect", time.perf_counter()))
+        return collect(self, *args, **kwargs)
+
+    def spy_learn(*args: Any, **kwargs: Any) -> Any:
+        out = learner_step(*args, **kwargs)
+        events.append(("learned", time.perf_counter()))
+        return out
+
+    monkeypatch.setattr(LocalRollouts, "collect", spy_collect)
+    monkeypatch.setattr(training.trainer, "learner_step", spy_learn)
+    return events
+
+
+def overlapped(events: list[tuple[str, float]]) -> list[bool]:
+    """For each step after the first: did its collect start before the previous learner step ended?"""
+    starts = [t for kind, t in events if kind == "collect"]
+    ends = [t for kind, t in events if kind == "learned"]
+    return [start < end for start, end in zip(starts[1:], ends, strict=False)]
 
 
 def prefetch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("prm-next-rollouts")]
 
 
-def test_sync_loop_collects_each_step_with_the_newest_weights(tmp_path: Path, collect_log: list[int]) -> None:
+def test_sync_loop_collects_each_step_after_the_last_update(tmp_path: Path, timeline: list[Any]) -> None:
     run = train_distributed(small(tmp_path, steps=3, tasks_per_step=2))
-    assert run.step == 3 and collect_log == [0, 1, 2]
+    assert run.step == 3 and overlapped(timeline) == [False, False]
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
     assert [r["staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
 
 
-def test_async_loop_plays_the_next_step_while_the_learner_trains(tmp_path: Path, collect_log: list[int]) -> None:
+def test_async_loop_plays_the_next_step_while_the_learner_trains(tmp_path: Path, timeline: list[Any]) -> None:
     cfg = small(tmp_path, steps=3, tasks_per_step=2, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
     run = train_distributed(cfg)
     # step s's groups start playing before the learner has finished step s-1 (one version behind)
-    assert run.step == 3 and collect_log == [0, 0, 1]
+    assert run.step == 3 and overlapped(timeline) == [True, True]
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
     assert len(rows) == 3 and all(r["trained_rows"] == 4 for r in rows)
     assert rows[0]["staleness_max"] == 0.0 and all(0.0 <= r["staleness_max"] <= 1.0 for r in rows)
     assert (tmp_path / "checkpoint.pt").exists() and not prefetch_threads()
 
 
-def test_zero_staleness_keeps_the_async_loop_synchronous(tmp_path: Path, collect_log: list[int]) -> None:
+def test_zero_staleness_keeps_the_async_loop_synchronous(tmp_path: Path, timeline: list[Any]) -> None:
     cfg = small(tmp_path, steps=2, asynchronous=AsyncConfig(enabled=True, max_staleness=0))
     train_distributed(cfg)
-    assert collect_log == [0, 1]
+    assert overlapped(timeline) == [False]
 
 
 def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
@@ -101,3 +117,39 @@ def test_publish_without_waiting_lands_before_the_next_group() -> None:
         assert pool.worker.policy.version == 8
     finally:
         pool.close()
+
+
+def test_weights_published_while_older_ones_load_are_not_lost() -> None:
+    """v2 arrives while the worker is still loading v1: the next group must load v2."""
+
+    class SlowWorker:
+        def __init__(self) -> None:
+            self.loaded: list[int] = []
+            self.loading, self.release = threading.Event(), threading.Event()
+
+        def set_weights(self, state: Any, version: int) -> None:
+            self.loading.set()
+            assert self.release.wait(10)
+            self.loaded.append(version)
+
+        def play(self, *args: Any) -> list[Any]:
+            return []
+
+        def close(self) -> None:
+            pass
+
+    from training.distributed import WorkerSpec
+
+    pool = LocalRollouts(WorkerSpec("prm/Math-v0", env_kwargs={"levels": [1], "num_tasks": 4}))
+    pool.worker.close()
+    slow = SlowWorker()
+    pool.worker = slow  # type: ignore[assignment]
+    pool.publish(None, 1, wait=False)
+    groups = [("math-train-0-00000", [0]), ("math-train-0-00001", [0])]
+    player = threading.Thread(target=pool.collect, args=(groups, None, 512))
+    player.start()
+    assert slow.loading.wait(10)  # the first group is loading v1
+    pool.publish(None, 2, wait=False)
+    slow.release.set()
+    player.join(10)
+    assert slow.loaded == [1, 2]
