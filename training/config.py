@@ -319,12 +319,11 @@ class TrainConfig:
             self.algo,
             "tree-grpo runs synchronously; drop --asynchronous.enabled or use --algo grpo",
         )
-        remote = self.backend == "ray" or self.policy.startswith(("vllm:", "vllm-engine:"))
         _check(
-            not (remote and self.algo == "tree-grpo"),
+            not (self.algo == "tree-grpo" and self.policy.startswith(("vllm:", "vllm-engine:"))),
             "algo",
             self.algo,
-            "tree-grpo runs with --backend local and an hf: policy; use --algo grpo with Ray or vLLM",
+            "tree-grpo samples from hf: policies (in-process or on --backend ray); use --algo grpo with vLLM",
         )
         _check(
             not (self.asynchronous.enabled and self.policy.startswith(("vllm:", "vllm-engine:"))),

@@ -21,6 +21,8 @@ from typing import Any
 
 from agents.policy import SamplingParams
 from agents.rollout import Trajectory
+from training.config import TreeConfig
+from training.tree import TreeSample
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,14 @@ def build_policy(spec: WorkerSpec, seed: int) -> Any:
     return HFPolicy.from_id(spec.policy, seed=seed)
 
 
+def _portable(trajs: list[Trajectory]) -> list[Trajectory]:
+    """``trajs`` with only plain values left in their turns' infos (sent to another process)."""
+    for t in trajs:
+        for turn in t.turns:
+            turn.info = {k: v for k, v in turn.info.items() if isinstance(v, (int, float, str, bool, dict))}
+    return trajs
+
+
 class RolloutWorker:
     """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
 
@@ -96,13 +106,22 @@ class RolloutWorker:
         return version
 
     def play(
-        self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int
-    ) -> list[Trajectory]:
-        """One group: ``len(seeds)`` episodes of ``task_id``."""
+        self,
+        task_id: str,
+        seeds: Sequence[int],
+        sampling: SamplingParams,
+        max_context_tokens: int,
+        tree: TreeConfig | None = None,
+    ) -> list[Trajectory] | TreeSample:
+        """One group: ``len(seeds)`` episodes of ``task_id``; with ``tree``, that task's Tree-GRPO
+        trees instead (reset seed ``seeds[0]``, branch points drawn from a generator seeded by
+        ``seeds``), as a :class:`training.tree.TreeSample`."""
         import gymnasium as gym
 
         from agents.rollout import rollout
 
+        if tree is not None:
+            return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
         while len(self.envs) < len(seeds):
             self.envs.append(gym.make(self.spec.env_id, **self.spec.env_kwargs))
         trajs = rollout(
@@ -114,10 +133,29 @@ class RolloutWorker:
             sampling=sampling,
             max_context_tokens=max_context_tokens,
         )
-        for t in trajs:  # infos can hold objects that only make sense in this process
-            for turn in t.turns:
-                turn.info = {k: v for k, v in turn.info.items() if isinstance(v, (int, float, str, bool, dict))}
-        return trajs
+        return _portable(trajs)
+
+    def _play_tree(
+        self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig
+    ) -> TreeSample:
+        import gymnasium as gym
+        import numpy as np
+
+        from training.tree import sample_trees
+
+        sample = sample_trees(
+            lambda: gym.make(self.spec.env_id, **self.spec.env_kwargs),
+            self.policy,
+            self.chat,
+            [task_id],
+            [seeds[0]],
+            tree,
+            np.random.default_rng(list(seeds)),
+            sampling=sampling,
+            max_context_tokens=max_context_tokens,
+        )
+        _portable(sample.leaves)
+        return sample
 
     def close(self) -> None:
         for e in self.envs:
@@ -224,15 +262,20 @@ class RayRollouts:
                 self._replace(i, actors[i])
 
     def collect(
-        self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
-    ) -> tuple[list[list[Trajectory]], CollectStats]:
-        """Play every ``(task_id, seeds)`` group; returns the groups that finished, in order."""
+        self,
+        groups: Sequence[tuple[str, Sequence[int]]],
+        sampling: SamplingParams,
+        max_context_tokens: int,
+        tree: TreeConfig | None = None,
+    ) -> tuple[list[Any], CollectStats]:
+        """Play every ``(task_id, seeds)`` group (with ``tree``: every task's trees, see
+        :meth:`RolloutWorker.play`); returns the groups that finished, in order."""
         import ray
 
         stats = CollectStats()
         pending = list(range(len(groups)))[::-1]
         tries = [0] * len(groups)
-        results: dict[int, list[Trajectory]] = {}
+        results: dict[int, Any] = {}
         running: dict[Any, tuple[int, int, Any]] = {}
         free = list(range(len(self.actors)))
         while pending or running:
@@ -242,7 +285,8 @@ class RayRollouts:
                 g, w = pending.pop(), free.pop()
                 task_id, seeds = groups[g]
                 actor = self.actors[w]
-                running[actor.play.remote(task_id, list(seeds), sampling, max_context_tokens)] = (g, w, actor)
+                ref = actor.play.remote(task_id, list(seeds), sampling, max_context_tokens, tree)
+                running[ref] = (g, w, actor)
             done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             if not done:  # still playing: look at cancel() again
                 continue

@@ -27,8 +27,10 @@ from agents.policy import SamplingParams
 from agents.rollout import Trajectory
 from envs.errors import ConfigError
 from training.asyncrl import StalenessReport, admit
-from training.config import TrainConfig
+from training.batch import Grouping
+from training.config import TrainConfig, TreeConfig
 from training.distributed import CollectStats, RayRollouts, RolloutWorker, WorkerSpec
+from training.tree import merge_samples
 
 
 class LocalRollouts:
@@ -53,8 +55,12 @@ class LocalRollouts:
             self.worker.set_weights(state, version)
 
     def collect(
-        self, groups: Sequence[tuple[str, Sequence[int]]], sampling: SamplingParams, max_context_tokens: int
-    ) -> tuple[list[list[Trajectory]], CollectStats]:
+        self,
+        groups: Sequence[tuple[str, Sequence[int]]],
+        sampling: SamplingParams,
+        max_context_tokens: int,
+        tree: TreeConfig | None = None,
+    ) -> tuple[list[Any], CollectStats]:
         out = []
         for task_id, seeds in groups:
             if self._cancel.is_set():
@@ -64,7 +70,7 @@ class LocalRollouts:
                     pending, self._pending = self._pending, None
                 if pending is not None:
                     self.worker.set_weights(*pending)
-                out.append(self.worker.play(task_id, seeds, sampling, max_context_tokens))
+                out.append(self.worker.play(task_id, seeds, sampling, max_context_tokens, tree))
         return out, CollectStats()
 
     def cancel(self) -> None:
@@ -114,7 +120,7 @@ def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig, *, wait: b
 
 def train_distributed(cfg: TrainConfig) -> Any:
     """Train with rollouts on Ray workers and/or vLLM servers; returns the trainer's ``Run``."""
-    from training.batch import Grouping, build_batch
+    from training.batch import build_batch
     from training.ddp import setup_learner
     from training.trainer import build_run, checkpoint, checkpoint_due, learner_step, reward_metrics, step_tasks
 
@@ -148,16 +154,16 @@ def train_distributed(cfg: TrainConfig) -> Any:
             if learner.is_main:
                 groups, stats = ahead.result() if ahead is not None else collect(run.step)
                 ahead = prefetch.submit(collect, run.step + 1) if prefetch and run.step + 1 < cfg.steps else None
-                groups = admit(groups, run.policy.version, a.max_staleness, a.stale, report)
+                if cfg.algo == "grpo":  # (tree-grpo runs synchronously: nothing is stale)
+                    groups = admit(groups, run.policy.version, a.max_staleness, a.stale, report)
             else:
                 groups, stats = [], CollectStats()
             groups, stats, report = learner.broadcast((groups, stats, report))
-            trajs = [t for g in groups for t in g]
+            trajs, grouping, extra = _as_batch(groups, cfg.algo == "tree-grpo")
             t1 = time.perf_counter()
             report.wait_s = t1 - t0  # the learner's wait for this step's groups (async: what overlap left)
-            values: dict[str, float] = {**stats.as_metrics(), **report.as_metrics(), "rollout_s": t1 - t0}
+            values: dict[str, float] = {**stats.as_metrics(), **report.as_metrics(), **extra, "rollout_s": t1 - t0}
             if trajs:
-                grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
                 batch = build_batch(
                     trajs,
                     grouping,
@@ -206,12 +212,28 @@ def _collector(
 ) -> Callable[[int], tuple[list[list[Trajectory]], CollectStats]]:
     """``step -> (groups, stats)``: play that step's groups (the in-process trainer's task schedule)."""
 
-    def collect(step: int) -> tuple[list[list[Trajectory]], CollectStats]:
+    def collect(step: int) -> tuple[list[Any], CollectStats]:
         pairs = step_tasks(cfg, run.train_ids, step, cfg.tasks_per_step)
+        if cfg.algo == "tree-grpo":  # one job per task: its trees, branch points seeded by (seed, step)
+            jobs = [(t, [s, cfg.seed, step]) for t, s in pairs]
+            trees: tuple[list[Any], CollectStats] = pool.collect(
+                jobs, run.sampling, cfg.sampling.max_context_tokens, cfg.tree
+            )
+            return trees
         groups = [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs]
-        result: tuple[list[list[Trajectory]], CollectStats] = pool.collect(
-            groups, run.sampling, cfg.sampling.max_context_tokens
-        )
+        result: tuple[list[Any], CollectStats] = pool.collect(groups, run.sampling, cfg.sampling.max_context_tokens)
         return result
 
     return collect
+
+
+def _as_batch(results: list[Any], trees: bool) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
+    """A step's trajectories, their grouping and its sampling budget: from GRPO groups, or from
+    each task's :class:`training.tree.TreeSample` (merged, indices renumbered)."""
+    if trees:
+        sample = merge_samples(results)
+        extra = {"generated_tokens": float(sample.generated_tokens), "tool_calls": float(sample.tool_calls)}
+        return sample.leaves, sample.grouping, extra
+    trajs = [t for g in results for t in g]
+    gen = float(sum(t.num_generated_tokens for t in trajs))
+    return trajs, Grouping([i for i, g in enumerate(results) for _ in g]), {"generated_tokens": gen}

@@ -52,6 +52,21 @@ class TreeSample:
         return Grouping(groups=list(self.tasks), trees=list(self.trees))
 
 
+def merge_samples(samples: Sequence[TreeSample]) -> TreeSample:
+    """One sample of several (one per task, from different workers): tree and task indices renumbered
+    so they stay unique, budgets added up."""
+    out = TreeSample()
+    for sample in samples:
+        tree0, task0 = len(set(out.trees)), len(set(out.tasks))
+        out.leaves += sample.leaves
+        out.trees += [tree0 + t for t in sample.trees]
+        out.tasks += [task0 + t for t in sample.tasks]
+        out.generated_tokens += sample.generated_tokens
+        out.tool_calls += sample.tool_calls
+        out.replayed_turns += sample.replayed_turns
+    return out
+
+
 def _tool_calls(turns: Sequence[Any]) -> int:
     return int(sum(int(t.info.get("tool", {}).get("calls", 0)) for t in turns))
 

@@ -168,3 +168,15 @@ def test_rollout_token_ids_unchanged_by_continue_refactor(tiny_tokenizer: Any) -
     t = rollout([make_env()], FakePolicy(tiny_tokenizer, solver), chat, task_ids=["math-train-0-00002"], seeds=[0])[0]
     assert t.terminated and t.total_reward >= 1.0
     assert torch.tensor(t.loss_mask).sum() == sum(turn.end - turn.start for turn in t.turns)
+
+
+def test_merged_tree_samples_keep_trees_and_tasks_apart() -> None:
+    from training.tree import TreeSample, merge_samples
+
+    def one(n_trees: int, leaves_per_tree: int, tokens: int) -> TreeSample:
+        trees = [t for t in range(n_trees) for _ in range(leaves_per_tree)]
+        return TreeSample(leaves=[object()] * len(trees), trees=trees, tasks=[0] * len(trees), generated_tokens=tokens)  # type: ignore[list-item]
+
+    merged = merge_samples([one(2, 2, 10), one(1, 3, 5)])
+    assert merged.trees == [0, 0, 1, 1, 2, 2, 2] and merged.tasks == [0, 0, 0, 0, 1, 1, 1]
+    assert merged.generated_tokens == 15 and merged.grouping.groups == merged.tasks

@@ -97,8 +97,22 @@ def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
 def test_config_rejects_what_the_remote_loop_cannot_run() -> None:
     with pytest.raises(ConfigError, match="vLLM sampler"):
         TrainConfig(policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x", asynchronous=AsyncConfig(enabled=True))
-    with pytest.raises(ConfigError, match="tree-grpo runs with --backend local"):
-        TrainConfig(algo="tree-grpo", backend="ray")
+    with pytest.raises(ConfigError, match="tree-grpo samples from hf: policies"):
+        TrainConfig(algo="tree-grpo", policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x")
+    assert TrainConfig(algo="tree-grpo", backend="ray").backend == "ray"
+
+
+def test_tree_grpo_through_the_remote_loop(tmp_path: Path) -> None:
+    """Each task's trees are grown by a worker (here the in-process one) and merged for the learner."""
+    from training.config import TreeConfig
+
+    tree = TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
+    run = train_distributed(small(tmp_path, steps=2, tasks_per_step=2, algo="tree-grpo", tree=tree))
+    rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
+    assert run.step == 2 and len(rows) == 2
+    # 2 tasks x 2 trees x (1 chain + 1 branch) leaves per step, all trained or excluded as infra errors
+    assert all(r["trained_rows"] + r.get("excluded_trajectories", 0) == 8 for r in rows)
+    assert all(r["generated_tokens"] > 0 for r in rows)
 
 
 def test_publish_without_waiting_lands_before_the_next_group() -> None:

@@ -82,19 +82,26 @@ def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> N
     assert all(t.policy_version == 5 for g in groups for t in g)  # the new worker got the weights
 
 
+MODES = {
+    "sync": [],
+    "async": ["--asynchronous.enabled"],
+    "tree": ["--algo", "tree-grpo", "--tree.num-trees", "1", "--tree.expand-nodes", "1"],
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-def test_train_agent_backend_ray_runs_and_logs(pool: RayRollouts, tmp_path: Path, asynchronous: bool) -> None:
+@pytest.mark.parametrize("mode", list(MODES))
+def test_train_agent_backend_ray_runs_and_logs(pool: RayRollouts, tmp_path: Path, mode: str) -> None:
     out = tmp_path / "run"
     argv = ["--backend", "ray", "--num-workers", "1", "--steps", "3", "--group-size", "2", "--tasks-per-step", "2"]
     argv += ["--output-dir", str(out), "--no-tensorboard", "--no-progress", "--sampling.max-new-tokens", "8"]
-    argv += ["--asynchronous.enabled"] if asynchronous else []
-    assert main(argv) == 0
+    assert main(argv + MODES[mode]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "ray/worker_deaths" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]
-    assert all(r["trained_rows"] == 4 for r in steps)
+    # 2 tasks x 2 episodes; tree: 2 tasks x 1 tree x (1 chain + 1 branch per round) leaves
+    assert all(r["trained_rows"] + r.get("excluded_trajectories", 0) == 4 for r in steps)
     # async: later batches were played while the learner trained, at most one version behind
-    assert all(r["staleness_max"] <= (1.0 if asynchronous else 0.0) for r in steps)
+    assert all(r["staleness_max"] <= (1.0 if mode == "async" else 0.0) for r in steps)
     assert (out / "checkpoint.pt").exists()
     assert ray.is_initialized()  # the run joined the module's cluster and left it running
