@@ -27,7 +27,7 @@ from agents.policy import SamplingParams
 from agents.rollout import Trajectory
 from envs.errors import ConfigError
 from training.asyncrl import StalenessReport, admit
-from training.batch import Grouping
+from training.batch import Grouping, flatten_groups
 from training.config import TrainConfig, TreeConfig
 from training.distributed import CollectStats, RayRollouts, RolloutWorker, WorkerSpec
 from training.tree import merge_samples
@@ -142,7 +142,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
     collect = _collector(pool, cfg, run, step_tasks)
     # async: one thread plays the next step's groups while the learner trains on this step's
     prefetch = ThreadPoolExecutor(1, "prm-next-rollouts") if a.enabled and a.max_staleness >= 1 else None
-    ahead: Future[tuple[list[list[Trajectory]], CollectStats]] | None = None
+    ahead: Future[tuple[list[Any], CollectStats]] | None = None
     try:
         if pool is not None and server is None:
             _push_weights(run, pool, None, cfg)
@@ -194,7 +194,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
             if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and learner.is_main:
                 checkpoint(run)
     finally:
-        if prefetch is not None:  # an early exit: let the next step's collect stop after its running groups
+        if prefetch is not None:  # an early exit: the next step's collect stops within a second
             if pool is not None:
                 pool.cancel()
             prefetch.shutdown(wait=True, cancel_futures=True)
@@ -209,19 +209,19 @@ def train_distributed(cfg: TrainConfig) -> Any:
 
 def _collector(
     pool: Any, cfg: TrainConfig, run: Any, step_tasks: Callable[..., list[tuple[str, int]]]
-) -> Callable[[int], tuple[list[list[Trajectory]], CollectStats]]:
-    """``step -> (groups, stats)``: play that step's groups (the in-process trainer's task schedule)."""
+) -> Callable[[int], tuple[list[Any], CollectStats]]:
+    """``step -> (results, stats)``: play that step's GRPO groups or trees (the in-process trainer's
+    task schedule)."""
+
+    tree = cfg.tree if cfg.algo == "tree-grpo" else None
 
     def collect(step: int) -> tuple[list[Any], CollectStats]:
         pairs = step_tasks(cfg, run.train_ids, step, cfg.tasks_per_step)
-        if cfg.algo == "tree-grpo":  # one job per task: its trees, branch points seeded by (seed, step)
+        if tree is not None:  # one job per task: its trees, branch points seeded by (task seed, run seed, step)
             jobs = [(t, [s, cfg.seed, step]) for t, s in pairs]
-            trees: tuple[list[Any], CollectStats] = pool.collect(
-                jobs, run.sampling, cfg.sampling.max_context_tokens, cfg.tree
-            )
-            return trees
-        groups = [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs]
-        result: tuple[list[Any], CollectStats] = pool.collect(groups, run.sampling, cfg.sampling.max_context_tokens)
+        else:  # one job per GRPO group
+            jobs = [(t, [s + j for j in range(cfg.group_size)]) for t, s in pairs]
+        result: tuple[list[Any], CollectStats] = pool.collect(jobs, run.sampling, cfg.sampling.max_context_tokens, tree)
         return result
 
     return collect
@@ -230,10 +230,4 @@ def _collector(
 def _as_batch(results: list[Any], trees: bool) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
     """A step's trajectories, their grouping and its sampling budget: from GRPO groups, or from
     each task's :class:`training.tree.TreeSample` (merged, indices renumbered)."""
-    if trees:
-        sample = merge_samples(results)
-        extra = {"generated_tokens": float(sample.generated_tokens), "tool_calls": float(sample.tool_calls)}
-        return sample.leaves, sample.grouping, extra
-    trajs = [t for g in results for t in g]
-    gen = float(sum(t.num_generated_tokens for t in trajs))
-    return trajs, Grouping([i for i, g in enumerate(results) for _ in g]), {"generated_tokens": gen}
+    return merge_samples(results).as_batch() if trees else flatten_groups(results)

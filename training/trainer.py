@@ -25,7 +25,7 @@ from agents.rollout import Trajectory, rollout
 from envs.errors import ConfigError
 from rewards.combine import CombineConfig
 from training.asyncrl import AsyncCollector, StalenessReport
-from training.batch import Batch, Grouping, build_batch
+from training.batch import Batch, Grouping, build_batch, flatten_groups
 from training.checkpoint import load_checkpoint, model_state, save_checkpoint
 from training.config import LossConfig, TrainConfig
 from training.ddp import rank_chunks, reduce_stats, setup_learner
@@ -144,16 +144,14 @@ def collect_sync(run: Run, envs: list[gym.Env]) -> tuple[list[Trajectory], Group
             sampling=run.sampling,
             max_context_tokens=ctx,
         )
-        extra = {"generated_tokens": float(sample.generated_tokens), "tool_calls": float(sample.tool_calls)}
-        return sample.leaves, sample.grouping, extra
+        return sample.as_batch()
     g = cfg.group_size
     seeds = [s + j for _, s in pairs for j in range(g)]
     tids = [t for t, _ in pairs for _ in range(g)]
     trajs = rollout(
         envs, run.policy, run.chat, seeds=seeds, task_ids=tids, sampling=run.sampling, max_context_tokens=ctx
     )
-    gen = float(sum(t.num_generated_tokens for t in trajs))
-    return trajs, Grouping([i // g for i in range(len(trajs))]), {"generated_tokens": gen}
+    return flatten_groups([trajs[i : i + g] for i in range(0, len(trajs), g)])
 
 
 def _micro_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -287,9 +285,7 @@ def train(cfg: TrainConfig) -> Run:
             report = StalenessReport()
             if collector is not None:
                 groups, report = collector.next_batch(run.policy.version)
-                trajs = [t for g in groups for t in g]
-                grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
-                extra = {"generated_tokens": float(sum(t.num_generated_tokens for t in trajs))}
+                trajs, grouping, extra = flatten_groups(groups)
             elif cfg.recipes.sampling_active:
                 trajs, grouping, extra = collect_recipes(run, envs, tracker)
             else:

@@ -51,6 +51,14 @@ class TreeSample:
     def grouping(self) -> Grouping:
         return Grouping(groups=list(self.tasks), trees=list(self.trees))
 
+    def as_batch(self) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
+        """The leaves, their grouping and the sampling budget, as the trainers' collectors return them."""
+        return (
+            self.leaves,
+            self.grouping,
+            {"generated_tokens": float(self.generated_tokens), "tool_calls": float(self.tool_calls)},
+        )
+
 
 def merge_samples(samples: Sequence[TreeSample]) -> TreeSample:
     """One sample of several (one per task, from different workers): tree and task indices renumbered
