@@ -204,7 +204,7 @@ class ToolEnv(gym.Env[str, str]):
         info["answer"] = parsed.answer if terminated and parsed.answer is not None else ""
         info["judge"] = judge_info
         info["parse"] = {"ok": ok, "issues": ",".join([i.code for i in parsed.issues]) if parsed.issues else ""}
-        info["tool"] = _tool_info(results) if results else _NO_CALLS.copy()
+        info["tool"] = _tool_info(results)
         return obs, weighted_sum(terms), terminated, truncated, info
 
     def observe(self, parsed: ParsedAction, results: Sequence[ToolResult], terminated: bool) -> str:
@@ -338,6 +338,8 @@ _NO_CALLS: dict[str, Any] = {"calls": 0, "failed": 0, "ok": True, "name": "", "l
 
 def _tool_info(results: Sequence[ToolResult]) -> dict[str, Any]:
     """``info["tool"]``: how many calls this turn made and failed, their names and latency."""
+    if not results:
+        return _NO_CALLS.copy()
     return {
         "calls": len(results),
         "failed": sum(not r.ok for r in results),

@@ -74,8 +74,6 @@ class Verdict:
     detail: str = field(default="", compare=False)
 
     def as_info(self) -> dict[str, float | int | str]:
-        if self.latency_s is None and self.tokens is None:  # rule judges: the score alone
-            return {"score": float(self.score)}
         out: dict[str, float | int | str] = {"score": float(self.score)}
         if self.latency_s is not None:
             out["latency_s"] = float(self.latency_s)
