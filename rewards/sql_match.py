@@ -126,12 +126,6 @@ def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
     return 2 * p * r / (p + r)
 
 
-def schema_items(sql: str) -> set[str] | None:
-    """The tables and columns ``sql`` mentions (lower-cased), or None if it does not parse."""
-    items = sql_shape(sql).items
-    return None if items is None else set(items)
-
-
 def is_read_only_query(sql: str) -> bool:
     """True when sqlglot parses ``sql`` as exactly one SELECT / set operation query."""
     return sql_shape(sql).read_only
@@ -250,7 +244,7 @@ class SyntaxJudge(_SQLJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         sql = turn.answer or ""
-        parses = sql_shape(sql).read_only
+        parses = is_read_only_query(sql)
         runs = parses and DATABASES.predicted(turn, self.timeout_s)[0] is not None
         return Verdict(0.5 * parses + 0.5 * runs)
 

@@ -20,7 +20,6 @@ from rewards.sql_match import (
     is_read_only_query,
     row_f1,
     rows_match,
-    schema_items,
     sql_shape,
 )
 from rewards.types import Turn
@@ -129,7 +128,7 @@ def test_helpers() -> None:
         [(1,), (2,)], [(2,), (1,)], ordered=True
     )
     assert row_f1([], []) == 1.0 and row_f1([(1,)], []) == 0.0
-    assert schema_items("SELECT a FROM t") == {"table:t", "column:a"} and schema_items("SELEC ((") is None
+    assert sql_shape("SELECT a FROM t").items == {"table:t", "column:a"} and sql_shape("SELEC ((").items is None
 
 
 def test_one_parse_gives_what_the_separate_sqlglot_calls_gave() -> None:
