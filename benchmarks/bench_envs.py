@@ -49,7 +49,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from peer_client import PeerSession, peer_python
+from peer_client import PeerSession, not_installed, peer_python
 from result_line import emit, median, settle, skipped, spread
 
 from envs.base import ToolEnv
@@ -62,11 +62,11 @@ from envs.sql import SQLEnv
 from envs.sql_tasks import generate_sql_tasks
 from envs.tasks import Task, TaskSet
 
-HERE = Path(__file__).resolve().parent
 ENV_IDS = {"math": "prm/Math-v0", "search": "prm/Search-v0", "sql": "prm/SQL-v0"}
 #: The outcome judge alone: the same work as the peers' outcome-only rewards.
 OUTCOME_ONLY = {"math": "rule/math_equiv", "search": "rule/exact_match", "sql": "rule/execution_match"}
-PEERS = {"gem": ("GEM", "GEM_PYTHON"), "skyrl": ("skyrl-gym", "SKYRL_PYTHON")}
+#: Peer key (its venv under .venv-peers, and $<KEY>_PYTHON) -> the name the table shows.
+PEERS = {"gem": "GEM", "skyrl": "skyrl-gym"}
 SAME = "unwrapped env classes both sides, same tasks and answers, passes interleaved"
 Sample = tuple[float, float, list[float]]  # (mean us per step, mean us per episode, verdicts)
 #: Why a row can still lose: what our step does that the peer's does not.
@@ -180,7 +180,7 @@ def skyrl_db_root(pairs: list[tuple[Task, str]], tmp: Path) -> Path:
 def start_peer(peer: str, python: Path, kind: str, pairs: list[tuple[Task, str]], tmp: Path) -> PeerSession | str:
     """A running ``peer_worker.py`` in the peer's Python on the same cases, or why there is none."""
     if not python.exists():
-        return f"peer not installed ({python} not found): run `make bench-peers`"
+        return not_installed(python)
     cases = [
         {
             "prompt": task.prompt,
@@ -213,7 +213,7 @@ def compare(
     ``"default"`` (the env's default judge expression) to :func:`play_ours` results; ``extra``
     names the judges the default expression runs beyond the outcome judge.
     """
-    label, env_id = PEERS[peer][0], ENV_IDS[kind]
+    label, env_id = PEERS[peer], ENV_IDS[kind]
     base = f"{label} {theirs.get('version', '')} {theirs['env']}".replace("  ", " ")
     rows = [
         ("outcome", 0, "step_us", f"answer step, {OUTCOME_ONLY[kind]} only"),
@@ -273,8 +273,8 @@ def measure(kind: str, tasks: TaskSet, pairs: list[tuple[Task, str]], args: argp
             theirs[peer] |= {**session.hello, **reply}
             session.close()
         if "error" in reply:
-            print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer][0]}: skipped, {reply['error']}")
-            skipped("envs", f"{ENV_IDS[kind]} vs {PEERS[peer][0]}", PEERS[peer][0], str(reply["error"]), "us")
+            print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer]}: skipped, {reply['error']}")
+            skipped("envs", f"{ENV_IDS[kind]} vs {PEERS[peer]}", PEERS[peer], str(reply["error"]), "us")
             continue
         compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks))
 

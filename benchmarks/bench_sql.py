@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from peer_client import peer_python
+from peer_client import not_installed, peer_python
 from result_line import emit, skipped, spread
 
 from envs.parsing import format_answer, parse_action
@@ -162,7 +162,7 @@ def main() -> None:
         )
         skyrl_python = peer_python("skyrl", args.skyrl_python)
         if not skyrl_python.exists():
-            why = f"skyrl-gym not installed ({skyrl_python} not found): run `make bench-peers`"
+            why = f"skyrl-gym {not_installed(skyrl_python)}"
             print(f"agreement with skyrl-gym: skipped, {why}")
             skipped("sql", "reward agreement with skyrl-gym SQL reward", "skyrl-gym", why, "cases agreeing")
         else:

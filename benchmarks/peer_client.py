@@ -35,6 +35,11 @@ def peer_python(peer: str, override: str = "") -> Path:
     return Path(given).absolute() if given else PEERS_DIR / peer / "bin" / "python"
 
 
+def not_installed(python: Path) -> str:
+    """Why a peer's rows are skipped when its interpreter is missing."""
+    return f"not installed ({python} not found): run `make bench-peers`"
+
+
 class PeerSession:
     """One running ``peer_worker.py``.
 
