@@ -12,7 +12,6 @@ import pytest
 
 from envs.errors import ConfigError
 from tests.training.test_trainer import small
-from training import distributed_loop
 from training.config import AsyncConfig, TrainConfig
 from training.distributed_loop import LocalRollouts, train_distributed
 from training.metrics import read_metrics
@@ -91,7 +90,6 @@ def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
     with pytest.raises(RuntimeError, match="out of memory"):
         train_distributed(cfg)
     assert closed == [True] and not prefetch_threads()
-    assert distributed_loop.LocalRollouts is LocalRollouts
 
 
 def test_config_rejects_what_the_remote_loop_cannot_run() -> None:
