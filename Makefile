@@ -69,7 +69,7 @@ lint: setup
 
 ## Proof that the trainer learns (CPU, about 15-20 min on 2 cores): SFT warm start, then GRPO on prm/Math-v0 raises held-out success.
 learn: setup
-	$(BIN)/python -m training.learn --output-dir runs/learn
+	$(BIN)/python -m prm_gym.training.learn --output-dir runs/learn
 
 ## Every benchmark in benchmarks/, written to docs/benchmarks.md (installs the peer suites first when it can).
 bench: setup

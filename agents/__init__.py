@@ -1,8 +1,8 @@
 """Policies and the episode loop: chat rendering, token ids, loss masks, trajectories."""
 
-from agents.chat import ChatTemplate
-from agents.policy import FakePolicy, Generation, Policy, SamplingParams
-from agents.rollout import Trajectory, TurnRecord, rollout, run_episode
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import Trajectory, TurnRecord, rollout, run_episode
+from prm_gym.core.policy import FakePolicy, Generation, Policy, SamplingParams
 
 __all__ = [
     "ChatTemplate",

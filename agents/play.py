@@ -43,12 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers prm/ ids)
-    from agents.chat import ChatTemplate
-    from agents.hf import HFPolicy
-    from agents.policy import SamplingParams
-    from agents.rollout import run_episode
-    from envs.errors import PRMError
+    import prm_gym.envs  # noqa: F401  (registers prm/ ids)
+    from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.agents.rollout import run_episode
+    from prm_gym.core.errors import PRMError
+    from prm_gym.core.hf import HFPolicy
+    from prm_gym.core.policy import SamplingParams
 
     for mod in args.imports:
         importlib.import_module(mod)

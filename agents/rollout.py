@@ -14,8 +14,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.chat import ChatTemplate
-from agents.policy import Policy, SamplingParams
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.policy import Policy, SamplingParams
 
 DEFAULT_SAMPLING = SamplingParams()
 

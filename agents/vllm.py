@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
-from agents.policy import Generation, SamplingParams
-from envs.errors import InfraError
+from prm_gym.core.errors import InfraError
+from prm_gym.core.policy import Generation, SamplingParams
 
 
 class PolicyServerError(InfraError):
@@ -42,7 +42,7 @@ def _parse_token(token: str) -> int:
 
 
 class VLLMPolicy:
-    """vLLM servers behind the :class:`agents.policy.Policy` protocol.
+    """vLLM servers behind the :class:`prm_gym.core.policy.Policy` protocol.
 
     Args:
         base_urls: one URL or several, each ending in ``/v1`` (``http://host:8000/v1``).

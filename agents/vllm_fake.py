@@ -1,5 +1,5 @@
-"""Fakes of vLLM: its OpenAI-compatible server (for :class:`agents.vllm.VLLMPolicy`) and its
-``LLM`` engine (:class:`FakeLLM`, for :class:`agents.vllm_engine.VLLMEnginePolicy`).
+"""Fakes of vLLM: its OpenAI-compatible server (for :class:`prm_gym.agents.vllm.VLLMPolicy`) and its
+``LLM`` engine (:class:`FakeLLM`, for :class:`prm_gym.agents.vllm_engine.VLLMEnginePolicy`).
 
 :class:`FakeVLLMServer` answers, on an ephemeral 127.0.0.1 port from a background thread:
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from rewards.openai_fake import LocalHTTPServer
+from prm_gym.rewards.openai_fake import LocalHTTPServer
 
 Reply = Callable[[list[int], dict[str, Any]], list[int]]
 
@@ -156,7 +156,7 @@ def _make_handler(server: FakeVLLMServer) -> type[BaseHTTPRequestHandler]:
 
 
 class FakeLLM:
-    """A stand-in for ``vllm.LLM`` (for :class:`agents.vllm_engine.VLLMEnginePolicy` tests).
+    """A stand-in for ``vllm.LLM`` (for :class:`prm_gym.agents.vllm_engine.VLLMEnginePolicy` tests).
 
     ``generate`` takes ``{"prompt_token_ids": [...]}`` prompts and per-prompt sampling params
     (anything with ``max_tokens``/``logprobs`` keys or attributes) and answers vLLM-shaped outputs:

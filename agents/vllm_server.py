@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import httpx
 
-from agents.vllm import PolicyServerError
+from prm_gym.agents.vllm import PolicyServerError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VLLM_VENV_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
@@ -78,7 +78,7 @@ def export_hf_weights(policy_id: str, directory: str | Path, *, untie: bool = Fa
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agents.hf import load_hf
+    from prm_gym.core.models import load_hf
 
     model, tok = load_hf(policy_id)
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
@@ -171,7 +171,7 @@ class VLLMServer:
 
     @property
     def base_url(self) -> str:
-        """The URL to give :class:`agents.vllm.VLLMPolicy`, ending in ``/v1``."""
+        """The URL to give :class:`prm_gym.agents.vllm.VLLMPolicy`, ending in ``/v1``."""
         return f"{self.root_url}/v1"
 
     def command(self) -> list[str]:

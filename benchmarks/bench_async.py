@@ -20,11 +20,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.policy import FakePolicy
-from agents.tiny import tiny_tokenizer
-from training.asyncrl import AsyncCollector
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.models import tiny_tokenizer
+from prm_gym.core.policy import FakePolicy
+from prm_gym.training.asyncrl import AsyncCollector
 
 STEPS, GROUPS, GROUP_SIZE, PRODUCERS, LEARN_S = 8, 4, 2, 8, 0.15
 

@@ -1,6 +1,6 @@
 """Learner-step throughput: one process versus two DDP ranks (gloo, CPU), on the same batch.
 
-Both run :func:`training.trainer.learner_step` on the same synthetic batch (tiny Llama model,
+Both run :func:`prm_gym.training.trainer.learner_step` on the same synthetic batch (tiny Llama model,
 ``--rows`` trajectories of ``--length`` tokens, 60% of them sampled) with one torch thread per
 process; the DDP run is ``torchrun --nproc-per-node 2`` of this script. After a warm-up step we
 time ``--reps`` steps and report trained tokens/s (median, spread) and the ratio against one
@@ -26,10 +26,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from result_line import emit, median, spread
 
-from agents.tiny import tiny_model
-from training.batch import Batch
-from training.config import LossConfig
-from training.trainer import learner_step
+from prm_gym.core.models import tiny_model
+from prm_gym.training.batch import Batch
+from prm_gym.training.config import LossConfig
+from prm_gym.training.trainer import learner_step
 
 
 def make_batch(rows: int, length: int, vocab: int = 259) -> Batch:

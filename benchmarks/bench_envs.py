@@ -52,15 +52,15 @@ from typing import Any
 from peer_client import PeerSession, not_installed, peer_python
 from result_line import emit, median, settle, skipped, spread
 
-from envs.base import ToolEnv
-from envs.math import MathEnv
-from envs.math_tasks import generate_math_tasks
-from envs.parsing import parse_action
-from envs.search import SearchEnv
-from envs.search_tasks import generate_search_tasks, generate_world
-from envs.sql import SQLEnv
-from envs.sql_tasks import generate_sql_tasks
-from envs.tasks import Task, TaskSet
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task, TaskSet
+from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.math import MathEnv
+from prm_gym.envs.math_tasks import generate_math_tasks
+from prm_gym.envs.search import SearchEnv
+from prm_gym.envs.search_tasks import generate_search_tasks, generate_world
+from prm_gym.envs.sql import SQLEnv
+from prm_gym.envs.sql_tasks import generate_sql_tasks
 
 ENV_IDS = {"math": "prm/Math-v0", "search": "prm/Search-v0", "sql": "prm/SQL-v0"}
 #: The outcome judge alone: the same work as the peers' outcome-only rewards.

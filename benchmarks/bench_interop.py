@@ -23,13 +23,13 @@ from pathlib import Path
 
 from result_line import emit
 
-import envs  # noqa: F401  (import before rewards)
-from agents.export import export_trajectories
-from agents.rollout import Trajectory, TurnRecord
-from envs.parsing import format_tool_call
-from rewards.protocol import score_batch
-from rewards.registry import make_judge
-from rewards.trl_adapter import build_turns, trl_rewards
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.export import export_trajectories
+from prm_gym.agents.rollout import Trajectory, TurnRecord
+from prm_gym.core.parsing import format_tool_call
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.trl_adapter import build_turns, trl_rewards
 
 REPS = 5
 N_COMPLETIONS = 512

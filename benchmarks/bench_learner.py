@@ -3,7 +3,7 @@
 The model has SmolLM2-135M's shape (30 Llama layers, hidden 576, vocabulary 49,152), randomly
 initialised from its config (nothing is downloaded); the batch is ``ROWS`` sequences of
 ``LENGTH`` tokens with the last half trainable, micro-batches of ``MICRO``. A step is
-:func:`training.trainer.learner_step`: forward, clipped policy-gradient loss, backward, AdamW.
+:func:`prm_gym.training.trainer.learner_step`: forward, clipped policy-gradient loss, backward, AdamW.
 Rows: one GPU against the CPU (the baseline, on the same machine in the same run), and FSDP
 (``--sharding fsdp`` with one rank, NCCL) against the plain GPU learner, i.e. what sharding's
 gathers cost when there is nothing to gain. Without a GPU the rows say so.
@@ -25,9 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from result_line import emit, skipped, spread
 
-from training.batch import Batch
-from training.config import LossConfig
-from training.trainer import learner_step
+from prm_gym.training.batch import Batch
+from prm_gym.training.config import LossConfig
+from prm_gym.training.trainer import learner_step
 
 ROWS, LENGTH, MICRO = 8, 512, 4
 WARMUP, REPS = 2, 5
@@ -106,7 +106,7 @@ def main() -> None:
     )
     import torch.distributed as dist
 
-    from training import fsdp
+    from prm_gym.training import fsdp
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29561")

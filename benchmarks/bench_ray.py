@@ -26,10 +26,10 @@ from pathlib import Path
 
 import gymnasium as gym
 
-import envs  # noqa: F401
-from agents.policy import SamplingParams
-from training.distributed import RayRollouts, WorkerSpec
-from training.distributed_loop import LocalRollouts
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.distributed import RayRollouts, WorkerSpec
+from prm_gym.training.distributed_loop import LocalRollouts
 
 SAMPLING = SamplingParams(max_new_tokens=16, temperature=0.0)
 
@@ -94,9 +94,9 @@ def main() -> None:
 
 def seconds_per_step(asynchronous: bool, steps: int, out: Path) -> list[float]:
     """Per-step seconds (groups waited for + learner step) of a ``--backend ray`` run on one worker."""
-    from training.config import AsyncConfig, SamplingConfig, TrainConfig
-    from training.distributed_loop import train_distributed
-    from training.metrics import read_metrics
+    from prm_gym.training.config import AsyncConfig, SamplingConfig, TrainConfig
+    from prm_gym.training.distributed_loop import train_distributed
+    from prm_gym.training.metrics import read_metrics
 
     cfg = TrainConfig(
         backend="ray",

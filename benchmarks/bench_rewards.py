@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 from result_line import emit, spread
 
-from envs.parsing import parse_action
-from envs.tasks import Task
-from rewards.guards import check
-from rewards.llm_judge import LLMJudge
-from rewards.openai_fake import FakeOpenAIServer
-from rewards.protocol import score_batch
-from rewards.types import Turn
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.rewards.guards import check
+from prm_gym.rewards.llm_judge import LLMJudge
+from prm_gym.rewards.openai_fake import FakeOpenAIServer
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.types import Turn
 
 DELAY_S = 0.02
 BATCH = 32

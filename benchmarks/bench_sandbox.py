@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from result_line import emit
 
-from envs.code_tasks import load_humaneval
-from rewards.unit_tests import build_program, run_tests
-from sandbox.pool import WarmPool
-from sandbox.protocol import make_sandbox
-from sandbox.types import Limits
+from prm_gym.envs.code_tasks import load_humaneval
+from prm_gym.rewards.unit_tests import build_program, run_tests
+from prm_gym.sandbox.pool import WarmPool
+from prm_gym.sandbox.protocol import make_sandbox
+from prm_gym.sandbox.types import Limits
 
 PYTHON = os.path.realpath(sys.executable)
 

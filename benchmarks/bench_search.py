@@ -22,10 +22,10 @@ from pathlib import Path
 
 from result_line import emit, spread
 
-from envs.parsing import format_tool_call
-from envs.search import SearchEnv
-from envs.search_index import BM25Index, Passage, write_corpus
-from envs.search_tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.core.parsing import format_tool_call
+from prm_gym.envs.search import SearchEnv
+from prm_gym.envs.search_index import BM25Index, Passage, write_corpus
+from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
 
 
 def _timed(fn: Callable[[], object], reps: int) -> list[float]:
@@ -73,7 +73,7 @@ def _pyserini(
     try:
         import pyserini  # noqa: F401
 
-        from envs.search_index.pyserini_backend import PyseriniRetriever, build_lucene_index
+        from prm_gym.envs.search_index.pyserini_backend import PyseriniRetriever, build_lucene_index
     except ImportError:
         print("pyserini      not installed (pip install 'prm-gym[pyserini]'): skipped")
         return None
@@ -91,7 +91,7 @@ def _pyserini(
 
 def _dense(passages: list[Passage], queries: list[str], reps: int) -> None:
     try:
-        from envs.search_index.dense import DenseIndex, Encoder
+        from prm_gym.envs.search_index.dense import DenseIndex, Encoder
     except ImportError:
         print("dense         not installed (pip install 'prm-gym[dense]'): skipped")
         return

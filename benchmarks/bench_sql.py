@@ -30,11 +30,11 @@ from pathlib import Path
 from peer_client import not_installed, peer_python
 from result_line import emit, skipped, spread
 
-from envs.parsing import format_answer, parse_action
-from envs.sql_tasks import generate_sql_tasks
-from envs.tasks import Task
-from rewards.sql_match import ExecutionMatchJudge
-from rewards.types import Turn
+from prm_gym.core.parsing import format_answer, parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.envs.sql_tasks import generate_sql_tasks
+from prm_gym.rewards.sql_match import ExecutionMatchJudge
+from prm_gym.rewards.types import Turn
 
 SKYRL_SCRIPT = """
 import json, sys

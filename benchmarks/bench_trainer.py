@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from agents.hf import HFPolicy
-from agents.policy import SamplingParams
-from agents.rollout import Trajectory, TurnRecord
-from agents.tiny import tiny_model, tiny_tokenizer
-from training.batch import Grouping, build_batch
-from training.config import LossConfig
-from training.trainer import learner_step
+from prm_gym.agents.rollout import Trajectory, TurnRecord
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.models import tiny_model, tiny_tokenizer
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.batch import Grouping, build_batch
+from prm_gym.training.config import LossConfig
+from prm_gym.training.trainer import learner_step
 
 PROMPTS, GENERATIONS, COMPLETION = 4, 8, 64
 WARMUP, STEPS = 2, 6

@@ -23,13 +23,13 @@ import statistics
 import gymnasium as gym
 import numpy as np
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.hf import HFPolicy
-from agents.policy import SamplingParams
-from agents.rollout import rollout
-from training.config import TreeConfig
-from training.tree import sample_trees
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import rollout
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.config import TreeConfig
+from prm_gym.training.tree import sample_trees
 
 CFG = TreeConfig(num_trees=1, expand_nodes=2, expand_rounds=3)
 SAMPLING = SamplingParams(max_new_tokens=16)

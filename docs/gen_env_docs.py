@@ -55,8 +55,8 @@ def discover() -> list[EnvPage]:
     """Every registered ``prm/`` env, then the custom env of ``register_tool_env``."""
     from gymnasium.envs.registration import registry
 
-    import envs  # noqa: F401  (registers the prm/ ids)
-    from envs.custom import CustomToolEnv
+    import prm_gym  # noqa: F401  (registers the prm/* ids)
+    from prm_gym.envs.custom import CustomToolEnv
 
     pages = []
     ids = sorted(i for i in registry if i.startswith("prm/"))
@@ -94,7 +94,7 @@ def sections(cls: type) -> tuple[str, str]:
 
 def signature_rows(cls: type) -> list[str]:
     """Markdown table rows ``| name | default |`` for the constructor (and ToolEnv's pass-through knobs)."""
-    from envs.base import ToolEnv
+    from prm_gym.envs.base import ToolEnv
 
     rows = []
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]

@@ -3,7 +3,7 @@
 Every prm/ env subclasses :class:`ToolEnv` and supplies tools, tasks and a prompt; the base
 class implements the contract of DESIGN.md once:
 
-* the action is the assistant's raw text for the turn, parsed by :mod:`envs.parsing`;
+* the action is the assistant's raw text for the turn, parsed by :mod:`prm_gym.core.parsing`;
   a malformed action is flagged in ``info["parse"]`` and by the ``rule/format`` term, never
   raised out of :meth:`step`;
 * the observation is the new text the env adds: the task prompt at :meth:`reset`, then tool
@@ -31,15 +31,15 @@ from typing import Any, Self
 import gymnasium as gym
 import numpy as np
 
-from envs.errors import ConfigError, InfraError, JudgeError, ToolError
-from envs.parsing import MAX_ACTION_CHARS, ParsedAction, ToolCall, parse_action
-from envs.spaces import UnicodeText
-from envs.tasks import Task, TaskSet
-from envs.tools import Tool, ToolResult
-from rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
-from rewards.protocol import AsyncJudge, Judge, turn_scorer
-from rewards.registry import make_judge
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import ConfigError, InfraError, JudgeError, ToolError
+from prm_gym.core.parsing import MAX_ACTION_CHARS, ParsedAction, ToolCall, parse_action
+from prm_gym.core.spaces import UnicodeText
+from prm_gym.core.tasks import Task, TaskSet
+from prm_gym.core.tools import Tool, ToolResult
+from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
+from prm_gym.rewards.protocol import AsyncJudge, Judge, turn_scorer
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.types import Turn, Verdict
 
 #: The most characters one observation may hold.
 MAX_OBS_CHARS = 1 << 20

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from envs.errors import ToolError
+from prm_gym.core.errors import ToolError
 
 MAX_EXPRESSION_CHARS = 500
 MAX_MAGNITUDE = 1e100

@@ -6,15 +6,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envs.base import ToolEnv
-from envs.code_gen import generate_code_tasks
-from envs.code_tasks import load_code_file, load_humaneval
-from envs.errors import ToolError
-from envs.tasks import Task, TaskSet, as_task_set
-from envs.tools import Tool
-from rewards.combine import JudgeSpec
-from sandbox.protocol import Sandbox, make_sandbox
-from sandbox.types import ExecResult
+from prm_gym.core.errors import ToolError
+from prm_gym.core.tasks import Task, TaskSet, as_task_set
+from prm_gym.core.tools import Tool
+from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.code_gen import generate_code_tasks
+from prm_gym.envs.code_tasks import load_code_file, load_humaneval
+from prm_gym.rewards.combine import JudgeSpec
+from prm_gym.sandbox.protocol import Sandbox, make_sandbox
+from prm_gym.sandbox.types import ExecResult
 
 DEFAULT_JUDGE = "0.5*rule/unit_tests + 0.5*rule/unit_tests_all + 0.1*rule/format + 0.1*rule/tool"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.tasks import Task, TaskSet
+from prm_gym.core.tasks import Task, TaskSet
 
 # Each family: rng -> (description, entry point, reference source, test inputs).
 Family = Callable[[np.random.Generator], tuple[str, str, str, list[tuple[Any, ...]]]]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.errors import TaskError
-from envs.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.errors import TaskError
+from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
 
 Family = Callable[[np.random.Generator], tuple[str, str, str, list[tuple[Any, ...]]]]
 

@@ -2,7 +2,7 @@
 
 Example::
 
-    from envs import register_tool_env
+    from prm_gym.envs import register_tool_env
 
     def get_forecast(city: str, day: int) -> str:
         \"\"\"The forecast for a city.
@@ -27,11 +27,11 @@ from typing import Any, cast
 
 from gymnasium.envs.registration import register, registry
 
-from envs.base import ToolEnv
-from envs.errors import ConfigError, TaskError
-from envs.tasks import Task, TaskSet, as_task_set, read_jsonl
-from envs.tools import Tool
-from rewards.combine import JudgeSpec, parse_judge_spec
+from prm_gym.core.errors import ConfigError, TaskError
+from prm_gym.core.tasks import Task, TaskSet, as_task_set, read_jsonl
+from prm_gym.core.tools import Tool
+from prm_gym.envs.base import ToolEnv
+from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
 
 TaskSource = (
     str | Path | TaskSet | Iterable[Task | Mapping[str, Any]] | Callable[[], Iterable[Task | Mapping[str, Any]]]
@@ -160,7 +160,7 @@ def register_tool_env(
         del registry[env_id]
     register(
         id=env_id,
-        entry_point="envs.custom:CustomToolEnv",
+        entry_point="prm_gym.envs.custom:CustomToolEnv",
         max_episode_steps=max_turns,
         nondeterministic=nondeterministic,
         kwargs={

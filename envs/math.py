@@ -6,12 +6,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.base import ToolEnv
-from envs.calculator import evaluate
-from envs.math_tasks import generate_math_tasks, load_math_file
-from envs.tasks import Task, TaskSet, as_task_set
-from envs.tools import Tool
-from rewards.combine import JudgeSpec
+from prm_gym.core.tasks import Task, TaskSet, as_task_set
+from prm_gym.core.tools import Tool
+from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.calculator import evaluate
+from prm_gym.envs.math_tasks import generate_math_tasks, load_math_file
+from prm_gym.rewards.combine import JudgeSpec
 
 
 def calculator(expression: str) -> str:

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.errors import TaskError
-from envs.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.errors import TaskError
+from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
 
 _NAMES = ("Maya", "Tom", "Ava", "Noah", "Lena", "Omar", "Iris", "Kai", "Zoe", "Ravi")
 _ITEMS = ("pencils", "apples", "stickers", "notebooks", "marbles", "cookies", "tickets")

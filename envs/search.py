@@ -9,14 +9,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envs.base import ToolEnv
-from envs.errors import ConfigError
-from envs.search_index import BM25Index, Passage, Retriever, open_retriever
-from envs.search_index.protocol import check_query
-from envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
-from envs.tasks import Task, TaskSet, as_task_set
-from envs.tools import Tool
-from rewards.combine import JudgeSpec
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.tasks import Task, TaskSet, as_task_set
+from prm_gym.core.tools import Tool
+from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.search_index import BM25Index, Passage, Retriever, open_retriever
+from prm_gym.envs.search_index.protocol import check_query
+from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
+from prm_gym.rewards.combine import JudgeSpec
 
 #: Bumped whenever the generated world or the index format changes (invalidates caches).
 WORLD_VERSION = "1"

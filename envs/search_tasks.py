@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from envs.errors import TaskError
-from envs.search_index.protocol import Passage
-from envs.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.errors import TaskError
+from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.envs.search_index.protocol import Passage
 
 _SYL = [
     "ka",

@@ -6,13 +6,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.base import ToolEnv
-from envs.errors import ConfigError, InfraError
-from envs.sql_db import Database, DatabaseError, format_result, open_database
-from envs.sql_tasks import generate_sql_tasks, load_sql_file
-from envs.tasks import Task, TaskSet, as_task_set
-from envs.tools import Tool
-from rewards.combine import JudgeSpec
+from prm_gym.core.errors import ConfigError, InfraError
+from prm_gym.core.tasks import Task, TaskSet, as_task_set
+from prm_gym.core.tools import Tool
+from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.sql_tasks import generate_sql_tasks, load_sql_file
+from prm_gym.rewards.combine import JudgeSpec
+from prm_gym.sandbox.sql_db import Database, DatabaseError, format_result
+from prm_gym.sandbox.sql_open import open_database
 
 DEFAULT_JUDGE = (
     "rule/execution_match + 0.1*rule/sql_syntax + 0.1*rule/sql_schema_link"
@@ -50,7 +51,7 @@ class SQLEnv(ToolEnv):
     Jaccard with the gold query), ``reward_overlap`` (0.1 x row F1); per turn ``reward_explore``
     (0.05 x fraction of fresh successful tool calls), ``reward_format`` (-0.1 on a malformed
     turn) and ``reward_tool`` (-0.1 x fraction of failed calls). Weights are the judge
-    expression's; see :mod:`rewards.sql_match`.
+    expression's; see :mod:`prm_gym.rewards.sql_match`.
 
     ## Episode End
     Terminated when a query is submitted. Truncated after ``max_turns`` turns.

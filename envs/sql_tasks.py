@@ -1,6 +1,6 @@
 """Text-to-SQL tasks: a seeded generator over SQLite databases, and a Spider/BIRD loader.
 
-A SQL task is a :class:`envs.tasks.Task` whose ``prompt`` is the question, whose ``answer`` is
+A SQL task is a :class:`prm_gym.core.tasks.Task` whose ``prompt`` is the question, whose ``answer`` is
 the gold SQL and whose ``meta`` holds ``db_path`` (the ``.sqlite`` file), ``db_id`` and, for
 generated tasks, ``level`` (1 filter, 2 join, 3 group by, 4 nested) and ``schema``.
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from envs.errors import TaskError
-from envs.sql_db import DatabaseError, SQLiteDatabase, check_sqlite_file
-from envs.sql_schemas import SCHEMAS
-from envs.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.errors import TaskError
+from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.envs.sql_schemas import SCHEMAS
+from prm_gym.sandbox.sql_db import DatabaseError, SQLiteDatabase, check_sqlite_file
 
 #: Bumped whenever a builder or template changes, so stale cached databases are not reused.
 GENERATOR_VERSION = 1

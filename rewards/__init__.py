@@ -4,10 +4,10 @@ Scorers are referenced by string id (``rule/math_equiv``, ``rule/f1``, ``llm/tur
 composed with a small expression such as ``"rule/f1 + 0.3*llm/turn"``.
 """
 
-from rewards.combine import JudgeSpec, parse_judge_spec
-from rewards.protocol import AsyncJudge, Judge
-from rewards.registry import available_judges, make_judge, register_judge
-from rewards.types import Turn, Verdict
+from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
+from prm_gym.rewards.protocol import AsyncJudge, Judge
+from prm_gym.rewards.registry import available_judges, make_judge, register_judge
+from prm_gym.rewards.types import Turn, Verdict
 
 __all__ = [
     "AsyncJudge",

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from envs.errors import ConfigError
+from prm_gym.core.errors import ConfigError
 
 _TERM_RE = re.compile(
     r"^(?:(?P<w>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*)?(?P<id>[A-Za-z0-9_.-]+/[A-Za-z0-9_.:@/-]+)$"

@@ -18,10 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from envs.errors import ConfigError, JudgeError
-from rewards.lm import load_policy, messages_before, prompt_ids, target_logprobs
-from rewards.protocol import Scope
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.rewards.lm import load_policy, messages_before, prompt_ids, target_logprobs
+from prm_gym.rewards.protocol import Scope
+from prm_gym.rewards.types import Turn, Verdict
 
 
 def turn_rewards(

@@ -8,8 +8,8 @@ with ``0 <= s <= max_score`` and the verdict is ``s / max_score``.
 Requests are async (httpx), batched, bounded by ``concurrency``, retried with exponential backoff
 on timeouts, transport errors, 429 and 5xx, and cached by a hash of the exact request. Anything
 else (a 4xx, an unparseable, out-of-range or non-finite verdict, retries exhausted) raises
-:class:`envs.errors.JudgeError`, which the env reports as ``reward_status="infra_error"``.
-Reward-hacking guards (:mod:`rewards.guards`) run first and give the minimum score without a call.
+:class:`prm_gym.core.errors.JudgeError`, which the env reports as ``reward_status="infra_error"``.
+Reward-hacking guards (:mod:`prm_gym.rewards.guards`) run first and give the minimum score without a call.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any
 
 import httpx
 
-from envs.errors import ConfigError, JudgeError
-from rewards.guards import GuardConfig, check
-from rewards.protocol import Scope
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.rewards.guards import GuardConfig, check
+from prm_gym.rewards.protocol import Scope
+from prm_gym.rewards.types import Turn, Verdict
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 

@@ -1,8 +1,8 @@
 """Language-model helpers shared by the model-based scorers: chat context of a turn, log-probs.
 
-Used by :mod:`rewards.implicit` (PRIME's implicit PRM) and :mod:`rewards.progress` (information
+Used by :mod:`prm_gym.rewards.implicit` (PRIME's implicit PRM) and :mod:`prm_gym.rewards.progress` (information
 gain, Monte-Carlo progress). Models are transformers causal LMs; policies are given as an
-:class:`agents.hf.HFPolicy` or a policy id (``"hf:tiny"``, ``"hf:<dir>"``) loaded on first use.
+:class:`prm_gym.core.hf.HFPolicy` or a policy id (``"hf:tiny"``, ``"hf:<dir>"``) loaded on first use.
 """
 
 from __future__ import annotations
@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envs.errors import ConfigError
-from rewards.types import Turn
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.hf import HFPolicy
+from prm_gym.rewards.types import Turn
 
 
 def load_policy(policy: Any, seed: int = 0) -> Any:
     """An HFPolicy from an id, or ``policy`` itself when it is already a policy object."""
     if isinstance(policy, str):
-        from agents.hf import HFPolicy
-
         return HFPolicy.from_id(policy, seed=seed)
     if policy is None:
         raise ConfigError("a policy is required: give policy='hf:tiny', 'hf:<dir>' or an HFPolicy.")

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.errors import ConfigError, JudgeError
-from rewards.protocol import Scope
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.rewards.protocol import Scope
+from prm_gym.rewards.types import Turn, Verdict
 
 QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 _AGGREGATES: dict[str, Callable[[list[float]], float]] = {

@@ -9,8 +9,8 @@
   own correctness. Score range: [-1, 1].
 
 Both need a policy (``policy="hf:tiny"``, ``"hf:<dir>"`` or an object); information gain needs
-its ``model`` and ``tokenizer`` (an :class:`agents.hf.HFPolicy`), Monte-Carlo progress only the
-:class:`agents.policy.Policy` protocol.
+its ``model`` and ``tokenizer`` (an :class:`prm_gym.core.hf.HFPolicy`), Monte-Carlo progress only the
+:class:`prm_gym.core.policy.Policy` protocol.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from envs.errors import ConfigError, JudgeError
-from envs.parsing import parse_action
-from rewards.lm import load_policy, messages_after, messages_before, prompt_ids, target_logprobs
-from rewards.protocol import Scope
-from rewards.rule import gold_answers, math_equal, normalize_answer
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.policy import SamplingParams
+from prm_gym.rewards.lm import load_policy, messages_after, messages_before, prompt_ids, target_logprobs
+from prm_gym.rewards.protocol import Scope
+from prm_gym.rewards.rule import gold_answers, math_equal, normalize_answer
+from prm_gym.rewards.types import Turn, Verdict
 
 
 def is_correct(answer: str | None, gold: Any, check: str = "math") -> bool:
@@ -91,7 +92,7 @@ class MonteCarloProgressJudge:
     """PAV/SPA-style Monte-Carlo progress of a turn (term ``process``, scope ``turn``).
 
     Args:
-        policy: any :class:`agents.policy.Policy` or a policy id.
+        policy: any :class:`prm_gym.core.policy.Policy` or a policy id.
         samples: continuations sampled before and after the turn.
         max_new_tokens, temperature: sampling settings of the continuations.
         check: ``"math"`` (math equivalence) or ``"exact"`` (normalised exact match).
@@ -113,8 +114,6 @@ class MonteCarloProgressJudge:
     ):
         if samples < 1 or check not in ("math", "exact"):
             raise ConfigError("progress/mc: samples must be >= 1 and check 'math' or 'exact'.")
-        from agents.policy import SamplingParams
-
         self.samples, self.check = samples, check
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
         self._spec, self._seed = policy, seed

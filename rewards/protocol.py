@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from rewards.types import Turn, Verdict
+from prm_gym.rewards.types import Turn, Verdict
 
 Scope = Literal["turn", "final"]
 T = TypeVar("T")
@@ -28,7 +28,7 @@ class Judge(Protocol):
             deterministic judges set it False.
 
     ``score`` returns one :class:`Verdict` per turn, in order, and raises
-    :class:`envs.errors.JudgeError` when it cannot judge (never a silent 0.0).
+    :class:`prm_gym.core.errors.JudgeError` when it cannot judge (never a silent 0.0).
     """
 
     name: str

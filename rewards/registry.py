@@ -1,7 +1,7 @@
 """Judges by string id.
 
 Built-in ids are listed in :data:`BUILTIN_JUDGES` and imported lazily. Third-party packages add
-their own through the ``prm.judges`` entry-point group (``my-id = "mypkg.judges:factory"``) or by
+their own through the ``prm_gym.judges`` entry-point group (``my-id = "mypkg.judges:factory"``) or by
 calling :func:`register_judge` at import time.
 """
 
@@ -12,37 +12,37 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from envs.errors import ConfigError
-from rewards.protocol import AsyncJudge, Judge
+from prm_gym.core.errors import ConfigError
+from prm_gym.rewards.protocol import AsyncJudge, Judge
 
 JudgeFactory = Callable[..., Judge | AsyncJudge]
 
 #: id -> "module:attribute" of the factory (a class or a function returning a judge).
 BUILTIN_JUDGES: dict[str, str] = {
-    "rule/math_equiv": "rewards.rule:MathEquivJudge",
-    "rule/exact_match": "rewards.rule:ExactMatchJudge",
-    "rule/f1": "rewards.rule:F1Judge",
-    "rule/format": "rewards.rule:FormatJudge",
-    "rule/tool": "rewards.rule:ToolErrorJudge",
-    "rule/retrieval": "rewards.retrieval:RetrievalJudge",
-    "rule/unit_tests": "rewards.unit_tests:UnitTestsJudge",
-    "rule/unit_tests_all": "rewards.unit_tests:unit_tests_all",
-    "rule/execution_match": "rewards.sql_match:ExecutionMatchJudge",
-    "rule/sql_syntax": "rewards.sql_match:SyntaxJudge",
-    "rule/sql_schema_link": "rewards.sql_match:SchemaLinkJudge",
-    "rule/sql_result_overlap": "rewards.sql_match:ResultOverlapJudge",
-    "rule/sql_explore": "rewards.sql_match:ExploreJudge",
-    "llm/turn": "rewards.llm_judge:turn_judge",
-    "llm/trajectory": "rewards.llm_judge:trajectory_judge",
-    "prm/discriminative": "rewards.prm:DiscriminativePRM",
-    "prm/implicit": "rewards.implicit:ImplicitPRM",
-    "progress/info_gain": "rewards.progress:InfoGainJudge",
-    "progress/mc": "rewards.progress:MonteCarloProgressJudge",
-    "tool/format": "rewards.tool_use:ToolFormatJudge",
-    "tool/name": "rewards.tool_use:ToolNameJudge",
-    "tool/params": "rewards.tool_use:ToolParamsJudge",
-    "tool/values": "rewards.tool_use:ToolValuesJudge",
-    "tool/efficiency": "rewards.tool_use:ToolEfficiencyJudge",
+    "rule/math_equiv": "prm_gym.rewards.rule:MathEquivJudge",
+    "rule/exact_match": "prm_gym.rewards.rule:ExactMatchJudge",
+    "rule/f1": "prm_gym.rewards.rule:F1Judge",
+    "rule/format": "prm_gym.rewards.rule:FormatJudge",
+    "rule/tool": "prm_gym.rewards.rule:ToolErrorJudge",
+    "rule/retrieval": "prm_gym.rewards.retrieval:RetrievalJudge",
+    "rule/unit_tests": "prm_gym.rewards.unit_tests:UnitTestsJudge",
+    "rule/unit_tests_all": "prm_gym.rewards.unit_tests:unit_tests_all",
+    "rule/execution_match": "prm_gym.rewards.sql_match:ExecutionMatchJudge",
+    "rule/sql_syntax": "prm_gym.rewards.sql_match:SyntaxJudge",
+    "rule/sql_schema_link": "prm_gym.rewards.sql_match:SchemaLinkJudge",
+    "rule/sql_result_overlap": "prm_gym.rewards.sql_match:ResultOverlapJudge",
+    "rule/sql_explore": "prm_gym.rewards.sql_match:ExploreJudge",
+    "llm/turn": "prm_gym.rewards.llm_judge:turn_judge",
+    "llm/trajectory": "prm_gym.rewards.llm_judge:trajectory_judge",
+    "prm/discriminative": "prm_gym.rewards.prm:DiscriminativePRM",
+    "prm/implicit": "prm_gym.rewards.implicit:ImplicitPRM",
+    "progress/info_gain": "prm_gym.rewards.progress:InfoGainJudge",
+    "progress/mc": "prm_gym.rewards.progress:MonteCarloProgressJudge",
+    "tool/format": "prm_gym.rewards.tool_use:ToolFormatJudge",
+    "tool/name": "prm_gym.rewards.tool_use:ToolNameJudge",
+    "tool/params": "prm_gym.rewards.tool_use:ToolParamsJudge",
+    "tool/values": "prm_gym.rewards.tool_use:ToolValuesJudge",
+    "tool/efficiency": "prm_gym.rewards.tool_use:ToolEfficiencyJudge",
 }
 
 _registry: dict[str, JudgeFactory] = {}
@@ -67,7 +67,7 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in entry_points(group="prm.judges"):
+    for ep in entry_points(group="prm_gym.judges"):
         if ep.name not in _registry:
             _registry[ep.name] = ep.load()
 
@@ -85,7 +85,7 @@ def _resolve(judge_id: str) -> JudgeFactory:
         return _registry[judge_id]
     raise ConfigError(
         f"Unknown judge id {judge_id!r}. Known ids: {', '.join(available_judges())}. "
-        "Third-party judges register through the 'prm.judges' entry-point group."
+        "Third-party judges register through the 'prm_gym.judges' entry-point group."
     )
 
 

@@ -12,7 +12,7 @@ Gold passages come from ``task.meta["gold_ids"]`` (passage ids) or ``["gold_titl
 passages contain a gold answer (SQuAD-normalised, on word boundaries). Only passages new to
 the episode count, so repeating a search earns nothing; summed over an episode the score is at
 most 1. Passages are read from the env's own tool output (``Doc i [id=...] Title: ...``
-header lines, see :func:`envs.search.format_passages`), never from the agent's text.
+header lines, see :func:`prm_gym.envs.search.format_passages`), never from the agent's text.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from rewards.protocol import TurnJudge
-from rewards.rule import gold_answers, normalize_answer
-from rewards.types import Turn, Verdict
+from prm_gym.rewards.protocol import TurnJudge
+from prm_gym.rewards.rule import gold_answers, normalize_answer
+from prm_gym.rewards.types import Turn, Verdict
 
 _HEADER_RE = re.compile(r"^Doc \d+ \[id=([^\]\n]*)\] Title: (.*)$", re.MULTILINE)
 _NO_PASSAGES = Verdict(0.0, detail="no passages")  # frozen: one shared instance

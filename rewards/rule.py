@@ -25,9 +25,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from envs.errors import JudgeError
-from rewards.protocol import TurnJudge
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import JudgeError
+from prm_gym.rewards.protocol import TurnJudge
+from prm_gym.rewards.types import Turn, Verdict
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 

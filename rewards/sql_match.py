@@ -15,8 +15,8 @@ id                          term      scope   score
                                               succeeded and repeat no earlier call, in [0, 1]
 ==========================  ========  ======  ==============================================
 
-The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`envs.sql_db`).
-A failure of the gold query or of the database raises :class:`envs.errors.JudgeError` (an
+The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`prm_gym.sandbox.sql_db`).
+A failure of the gold query or of the database raises :class:`prm_gym.core.errors.JudgeError` (an
 infrastructure failure); a submitted query that is broken, writes or times out scores 0.
 """
 
@@ -33,11 +33,12 @@ from typing import Any, Literal
 import sqlglot
 from sqlglot import exp
 
-from envs.errors import InfraError, JudgeError, ToolError
-from envs.parsing import parse_action
-from envs.sql_db import Database, open_database
-from rewards.protocol import TurnJudge
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import InfraError, JudgeError, ToolError
+from prm_gym.core.parsing import parse_action
+from prm_gym.rewards.protocol import TurnJudge
+from prm_gym.rewards.types import Turn, Verdict
+from prm_gym.sandbox.sql_db import Database
+from prm_gym.sandbox.sql_open import open_database
 
 MatchMode = Literal["multiset", "set"]
 _ORDER_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)

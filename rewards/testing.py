@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from envs.errors import JudgeError
-from rewards.protocol import Scope
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import JudgeError
+from prm_gym.rewards.protocol import Scope
+from prm_gym.rewards.types import Turn, Verdict
 
 
 class FakeJudge:

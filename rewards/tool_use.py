@@ -32,10 +32,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envs.errors import JudgeError
-from envs.parsing import ToolCall, parse_action
-from rewards.protocol import TurnJudge, score_batch
-from rewards.types import Turn, Verdict
+from prm_gym.core.errors import JudgeError
+from prm_gym.core.parsing import ToolCall, parse_action
+from prm_gym.rewards.protocol import TurnJudge, score_batch
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.types import Turn, Verdict
 
 
 def reference_calls(meta: Mapping[str, Any]) -> list[ToolCall]:
@@ -157,8 +158,6 @@ class ToolEfficiencyJudge:
     scope = "final"
 
     def __init__(self, verifier: str = "rule/math_equiv", optimal_calls: int = 1, answer_tag: str = "answer"):
-        from rewards.registry import make_judge
-
         if optimal_calls < 0:
             raise JudgeError(f"optimal_calls={optimal_calls} must be >= 0.")
         self.verifier = make_judge(verifier)

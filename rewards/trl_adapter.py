@@ -5,19 +5,19 @@ where ``columns`` holds every other dataset column (one list entry per completio
 ``trainer_state``, ``log_extra`` and ``log_metric``; it expects one float per completion and
 treats ``None`` as "not scored" (the completion is left out of that function's statistics)::
 
-    from rewards.trl_adapter import trl_rewards
+    from prm_gym.rewards.trl_adapter import trl_rewards
 
     funcs, weights = trl_rewards("rule/math_equiv + 0.1*rule/format")
     trainer = GRPOTrainer(model, reward_funcs=funcs,
                           args=GRPOConfig(reward_weights=weights, ...), train_dataset=ds)
 
 The dataset needs the gold answer in an ``answer`` column (``answer_column=`` to change it);
-optional ``task_id`` and ``meta`` columns reach the judges as :class:`envs.tasks.Task` fields.
+optional ``task_id`` and ``meta`` columns reach the judges as :class:`prm_gym.core.tasks.Task` fields.
 Prompts and completions may be plain strings or conversations (lists of ``{"role", "content"}``
 messages, assistant ``tool_calls`` included). Each completion is judged as one final turn: its
 last assistant message is the action, earlier assistant/tool exchanges are the history.
 
-A judge that fails (:class:`envs.errors.JudgeError`, any exception, a non-finite score) yields
+A judge that fails (:class:`prm_gym.core.errors.JudgeError`, any exception, a non-finite score) yields
 ``None`` for that completion, never a 0.0, mirroring the env's ``reward_status="infra_error"``.
 """
 
@@ -29,12 +29,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envs.parsing import format_tool_call, parse_action
-from envs.tasks import Task
-from rewards.combine import JudgeSpec, parse_judge_spec
-from rewards.protocol import AsyncJudge, Judge, score_batch
-from rewards.registry import make_judge
-from rewards.types import Turn
+from prm_gym.core.parsing import format_tool_call, parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
+from prm_gym.rewards.protocol import AsyncJudge, Judge, score_batch
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.types import Turn
 
 Completion = str | Sequence[Mapping[str, Any]]
 #: TRL's custom reward function type: ``(prompts, completions, **columns) -> list[float | None]``.

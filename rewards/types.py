@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from envs.parsing import ParsedAction
-from envs.tasks import Task
-from envs.tools import ToolResult
+from prm_gym.core.parsing import ParsedAction
+from prm_gym.core.tasks import Task
+from prm_gym.core.tools import ToolResult
 
 
 class Turn(NamedTuple):

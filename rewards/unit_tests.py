@@ -11,7 +11,7 @@ The program and a small harness run in one sandbox execution. The harness silenc
 program's stdout and reports each case on a private copy of it, tagged with a random nonce the
 program never receives as data, so printing fake results earns nothing. (A program that digs the
 nonce out of the harness's memory could still forge them; the score is a training signal, not
-a security boundary.) A sandbox that fails is a :class:`envs.errors.SandboxError`: the env
+a security boundary.) A sandbox that fails is a :class:`prm_gym.core.errors.SandboxError`: the env
 flags the turn ``infra_error`` instead of scoring it.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.types import Turn, Verdict
-from sandbox.protocol import Sandbox, make_sandbox
+from prm_gym.rewards.types import Turn, Verdict
+from prm_gym.sandbox.protocol import Sandbox, make_sandbox
 
 HARNESS = """\
 import json, os, sys

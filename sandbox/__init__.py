@@ -3,7 +3,7 @@ explicitly unsandboxed fallback. ``make_sandbox("bwrap-pool")`` is the usual ent
 
 from __future__ import annotations
 
-from sandbox.protocol import BACKENDS, Sandbox, make_sandbox
-from sandbox.types import ExecResult, Limits
+from prm_gym.sandbox.protocol import BACKENDS, Sandbox, make_sandbox
+from prm_gym.sandbox.types import ExecResult, Limits
 
 __all__ = ["BACKENDS", "ExecResult", "Limits", "Sandbox", "make_sandbox"]

@@ -19,8 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from envs.errors import SandboxError
-from sandbox.types import ExecResult
+from prm_gym.core.errors import SandboxError
+from prm_gym.sandbox.types import ExecResult
 
 READY = b"\x06"
 BOOT_SOURCE = (Path(__file__).parent / "_boot.py").read_text(encoding="utf-8")

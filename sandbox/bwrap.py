@@ -17,10 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from envs.errors import SandboxError
-from sandbox._exec import BOOT_SOURCE, Worker
-from sandbox.protocol import WorkerSandbox
-from sandbox.types import Limits
+from prm_gym.core.errors import SandboxError
+from prm_gym.sandbox._exec import BOOT_SOURCE, Worker
+from prm_gym.sandbox.protocol import WorkerSandbox
+from prm_gym.sandbox.types import Limits
 
 INSTALL_HINT = (
     "bubblewrap is not installed: install it with `sudo apt-get install bubblewrap` "

@@ -11,10 +11,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from envs.errors import SandboxError
-from sandbox._exec import BOOT_SOURCE, frame_request
-from sandbox.protocol import MAIN_FILE, WorkerSandbox, program_files
-from sandbox.types import ExecResult, Limits
+from prm_gym.core.errors import SandboxError
+from prm_gym.sandbox._exec import BOOT_SOURCE, frame_request
+from prm_gym.sandbox.protocol import MAIN_FILE, WorkerSandbox, program_files
+from prm_gym.sandbox.types import ExecResult, Limits
 
 
 def docker_client() -> Any:

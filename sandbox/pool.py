@@ -14,9 +14,10 @@ import weakref
 from collections import deque
 from typing import Any
 
-from sandbox._exec import Worker
-from sandbox.protocol import WorkerSandbox
-from sandbox.types import ExecResult, Limits
+from prm_gym.core.errors import ConfigError
+from prm_gym.sandbox._exec import Worker
+from prm_gym.sandbox.protocol import WorkerSandbox
+from prm_gym.sandbox.types import ExecResult, Limits
 
 
 class WarmPool(WorkerSandbox):
@@ -30,8 +31,6 @@ class WarmPool(WorkerSandbox):
     def __init__(self, backend: WorkerSandbox, size: int = 2):
         super().__init__(backend.limits)
         if size < 1:
-            from envs.errors import ConfigError
-
             raise ConfigError(f"WarmPool size must be >= 1, got {size}.")
         self.backend = backend
         self.size = size
@@ -118,7 +117,7 @@ def _drain(ready: deque[Worker], cond: threading.Condition) -> None:
 
 
 def bwrap_pool(limits: Limits | None = None, *, size: int = 2, **kwargs: Any) -> WarmPool:
-    """A :class:`WarmPool` of :class:`sandbox.bwrap.BwrapSandbox` workers."""
-    from sandbox.bwrap import BwrapSandbox
+    """A :class:`WarmPool` of :class:`prm_gym.sandbox.bwrap.BwrapSandbox` workers."""
+    from prm_gym.sandbox.bwrap import BwrapSandbox
 
     return WarmPool(BwrapSandbox(limits, **kwargs), size=size)

@@ -12,9 +12,9 @@ import sys
 import tempfile
 import warnings
 
-from sandbox._exec import BOOT_SOURCE, Worker
-from sandbox.protocol import WorkerSandbox
-from sandbox.types import Limits
+from prm_gym.sandbox._exec import BOOT_SOURCE, Worker
+from prm_gym.sandbox.protocol import WorkerSandbox
+from prm_gym.sandbox.types import Limits
 
 WARNING = (
     "sandbox='process' runs untrusted code WITHOUT ISOLATION: it can read and write your files, "

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
-from envs.errors import ConfigError, SandboxError
-from sandbox._exec import Worker, frame_request
-from sandbox.types import ExecResult, Limits
+from prm_gym.core.errors import ConfigError, SandboxError
+from prm_gym.sandbox._exec import Worker, frame_request
+from prm_gym.sandbox.types import ExecResult, Limits
 
 #: The file a ``code`` string is written to and run as ``__main__``.
 MAIN_FILE = "main.py"
@@ -21,7 +21,7 @@ class Sandbox(Protocol):
     ``run`` takes either ``code`` (written to ``main.py``) or ``files`` plus an ``entry``
     file, feeds ``stdin``, and returns an :class:`ExecResult`. A program that fails, crashes,
     times out or is killed for breaking a limit is a normal result; a sandbox that cannot start
-    or is killed by the host raises :class:`envs.errors.SandboxError` (an infrastructure error).
+    or is killed by the host raises :class:`prm_gym.core.errors.SandboxError` (an infrastructure error).
     ``close`` is idempotent; sandboxes are context managers.
     """
 
@@ -109,10 +109,10 @@ class WorkerSandbox:
 
 
 BACKENDS: dict[str, str] = {
-    "bwrap": "sandbox.bwrap:BwrapSandbox",
-    "bwrap-pool": "sandbox.pool:bwrap_pool",
-    "docker": "sandbox.docker:DockerSandbox",
-    "process": "sandbox.process:ProcessSandbox",
+    "bwrap": "prm_gym.sandbox.bwrap:BwrapSandbox",
+    "bwrap-pool": "prm_gym.sandbox.pool:bwrap_pool",
+    "docker": "prm_gym.sandbox.docker:DockerSandbox",
+    "process": "prm_gym.sandbox.process:ProcessSandbox",
 }
 
 

@@ -1,7 +1,7 @@
 """FakeSandbox: a scripted sandbox for unit tests of code that takes a :class:`Sandbox`.
 
 It never executes anything: each ``run`` returns the next scripted :class:`ExecResult` (or
-raises the next scripted exception, e.g. :class:`envs.errors.SandboxError` to simulate a dead
+raises the next scripted exception, e.g. :class:`prm_gym.core.errors.SandboxError` to simulate a dead
 backend) and records the programs it was given. Use the real backends (``make_sandbox``) to test
 isolation itself.
 """
@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
-from envs.errors import SandboxError
-from sandbox.protocol import MAIN_FILE
-from sandbox.types import ExecResult, Limits
+from prm_gym.core.errors import SandboxError
+from prm_gym.sandbox.protocol import MAIN_FILE
+from prm_gym.sandbox.types import ExecResult, Limits
 
 Script = Sequence[ExecResult | BaseException] | Callable[[dict[str, str], str], ExecResult]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envs.errors import ConfigError
+from prm_gym.core.errors import ConfigError
 
 #: Default cap on the bytes of stdout (and, separately, stderr) kept from one execution.
 DEFAULT_OUTPUT_CAP = 64 * 1024

@@ -9,13 +9,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Any:
-    from agents.tiny import tiny_tokenizer as make
+    from prm_gym.core.models import tiny_tokenizer as make
 
     return make()
 
 
 @pytest.fixture(scope="session")
 def tiny_policy() -> Any:
-    from agents.hf import HFPolicy
+    from prm_gym.core.hf import HFPolicy
 
     return HFPolicy.from_id("hf:tiny", seed=0)

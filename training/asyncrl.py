@@ -20,10 +20,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.chat import ChatTemplate
-from agents.policy import Policy, SamplingParams
-from agents.rollout import Trajectory, rollout
-from envs.errors import InfraError
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.core.errors import InfraError
+from prm_gym.core.policy import Policy, SamplingParams
 
 DEFAULT_SAMPLING = SamplingParams()
 
@@ -76,7 +76,7 @@ class AsyncCollector:
         max_staleness: the bound in policy versions.
         producers: number of producer threads.
         stale: ``drop`` or ``correct`` groups that arrive older than the bound.
-        sampling, max_context_tokens: as in :func:`agents.rollout.rollout`.
+        sampling, max_context_tokens: as in :func:`prm_gym.agents.rollout.rollout`.
     """
 
     def __init__(

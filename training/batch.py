@@ -7,7 +7,7 @@ Trajectories with an ``infra_error`` turn are excluded from the statistics and t
 groups left with fewer than two valid members are excluded whole; both are counted.
 
 Before advantages, :func:`shaped_returns` applies the env judge expression's combination options
-(``credit``/``gate``/``norm``/``clip`` after ``;``, per group, :mod:`training.shaping`) and DAPO's
+(``credit``/``gate``/``norm``/``clip`` after ``;``, per group, :mod:`prm_gym.training.shaping`) and DAPO's
 overlong penalty; ``LossConfig.std_scope="batch"`` selects Lite PPO's batch-level std.
 """
 
@@ -19,17 +19,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from agents.rollout import Trajectory
-from rewards.combine import CombineConfig
-from training.advantages import (
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.rewards.combine import CombineConfig
+from prm_gym.training.advantages import (
     batch_std_advantages,
     group_advantages,
     spread_to_tokens,
     tree_advantages,
     turn_advantages,
 )
-from training.config import LossConfig
-from training.shaping import combined_returns, is_active, overlong_penalty
+from prm_gym.training.config import LossConfig
+from prm_gym.training.shaping import combined_returns, is_active, overlong_penalty
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from envs.errors import ConfigError
+from prm_gym.core.errors import ConfigError
 
 CHECKPOINT = "checkpoint.pt"
 

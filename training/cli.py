@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from training.config import TrainConfig
+from prm_gym.training.config import TrainConfig
 
 
 def parse(argv: Sequence[str] | None = None) -> TrainConfig:
@@ -30,10 +30,10 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
 
 def run_eval(cfg: TrainConfig) -> dict[str, float]:
     """Evaluate the latest checkpoint in ``cfg.output_dir`` (or the initial policy) and save eval.json."""
-    from agents.chat import ChatTemplate
-    from agents.hf import HFPolicy
-    from training.checkpoint import CHECKPOINT, load_checkpoint, model_state
-    from training.evaluation import evaluate
+    from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.core.hf import HFPolicy
+    from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint, model_state
+    from prm_gym.training.evaluation import evaluate
 
     policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed)
     ckpt = Path(cfg.output_dir) / CHECKPOINT
@@ -48,7 +48,7 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``train-agent``."""
-    from envs.errors import PRMError
+    from prm_gym.core.errors import PRMError
 
     try:
         cfg = parse(argv)
@@ -62,9 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(run_eval(cfg), indent=2))
             return 0
         if cfg.backend == "ray" or cfg.policy.startswith(("vllm:", "vllm-engine:")):
-            from training.distributed_loop import train_distributed as train
+            from prm_gym.training.distributed_loop import train_distributed as train
         else:
-            from training.trainer import train
+            from prm_gym.training.trainer import train
 
         run = train(cfg)
         print(f"trained {run.step} steps; outputs in {cfg.output_dir}")

@@ -2,7 +2,7 @@
 
 This module imports no torch, so ``train-agent --help`` and config tests stay fast. Every
 field has a docstring (tyro shows it in ``--help``); ``__post_init__`` validates values and
-raises :class:`envs.errors.ConfigError` naming the field and the fix.
+raises :class:`prm_gym.core.errors.ConfigError` naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from envs.errors import ConfigError
+from prm_gym.core.errors import ConfigError
 
 
 def _check(ok: bool, name: str, value: Any, fix: str) -> None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from envs.tasks import Task
-from training.config import RecipeConfig
+from prm_gym.core.tasks import Task
+from prm_gym.training.config import RecipeConfig
 
 Bucket = tuple[str, int]
 

@@ -1,14 +1,14 @@
 """The learner's devices: one device (CPU or a GPU), or several under ``torchrun`` (DDP or FSDP).
 
 In one process :func:`setup_learner` puts the policy on ``--device`` (``auto``: the first GPU when
-there is one) and trains it there. ``torchrun --nproc-per-node N -m training.cli ...`` (or
+there is one) and trains it there. ``torchrun --nproc-per-node N -m prm_gym.training.cli ...`` (or
 ``torchrun ... $(which train-agent) ...``) starts N copies of the same loop; :func:`setup_learner`
 sees torchrun's environment, joins the process group (NCCL on GPUs, gloo on CPUs), puts the
 model on ``cuda:LOCAL_RANK`` (or the CPU) and wraps it in DDP, or, with ``--sharding fsdp``,
-trains a sharded copy (:mod:`training.fsdp`). What each rank then does:
+trains a sharded copy (:mod:`prm_gym.training.fsdp`). What each rank then does:
 
 * rollouts: rank 0's trajectories of the step are broadcast (:meth:`Learner.broadcast`), so every
-  rank builds the same :class:`training.batch.Batch` with the same advantages;
+  rank builds the same :class:`prm_gym.training.batch.Batch` with the same advantages;
 * the learner step: :func:`rank_chunks` gives each rank every ``world_size``-th trainable row,
   in micro-batches; each micro-batch's loss is weighted by ``world_size`` times its share of the
   *whole* batch (its tokens over all ranks' tokens for ``token-mean``), so the gradient average
@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from envs.errors import ConfigError
-from training import fsdp
-from training.batch import Batch
-from training.metrics import MetricsLog
+from prm_gym.core.errors import ConfigError
+from prm_gym.training import fsdp
+from prm_gym.training.batch import Batch
+from prm_gym.training.metrics import MetricsLog
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 class NullLog:
-    """A :class:`training.metrics.MetricsLog` that writes nothing (ranks other than 0)."""
+    """A :class:`prm_gym.training.metrics.MetricsLog` that writes nothing (ranks other than 0)."""
 
     def log(self, step: int, values: Any) -> None:
         """Drop ``values``."""
@@ -82,7 +82,7 @@ class Learner:
     """What the loop needs to know about the learner's devices.
 
     Attributes:
-        model: what :func:`training.trainer.learner_step` trains: the DDP wrapper, the FSDP
+        model: what :func:`prm_gym.training.trainer.learner_step` trains: the DDP wrapper, the FSDP
             sharded copy, or the bare model in one process (the policy keeps the bare model for
             sampling and saving).
         optimizer: the optimiser that steps :attr:`model` (FSDP: over its shards; else the run's).
@@ -153,7 +153,7 @@ def setup_learner(run: Any) -> Learner:
     """Put the learner on its device(s): one device, or torchrun's process group with DDP or FSDP.
 
     Args:
-        run: a :class:`training.trainer.Run` (its policy model, reference and optimiser state
+        run: a :class:`prm_gym.training.trainer.Run` (its policy model, reference and optimiser state
             are moved to the rank's device).
 
     Raises:

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.policy import SamplingParams
-from agents.rollout import Trajectory
-from training.config import TreeConfig
-from training.tree import TreeSample
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.config import TreeConfig
+from prm_gym.training.tree import TreeSample
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,15 @@ class WorkerSpec:
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
     """The policy a worker samples from."""
-    from agents.hf import HFPolicy, load_hf
+    from prm_gym.core.hf import HFPolicy
+    from prm_gym.core.models import load_hf
 
     if spec.policy.startswith("vllm-engine:"):
-        from agents.vllm_engine import VLLMEnginePolicy
+        from prm_gym.agents.vllm_engine import VLLMEnginePolicy
 
         return VLLMEnginePolicy.from_id(spec.policy, seed=seed)
     if spec.policy.startswith("vllm:"):
-        from agents.vllm import VLLMPolicy
+        from prm_gym.agents.vllm import VLLMPolicy
 
         _, tok = load_hf(spec.tokenizer, seed)
         return VLLMPolicy(spec.policy[5:].split(","), tok, model=spec.served_model, seed=seed)
@@ -79,11 +80,11 @@ class RolloutWorker:
     """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
 
     def __init__(self, spec: WorkerSpec, index: int):
-        import envs  # noqa: F401  (registers prm/ ids)
+        import prm_gym  # noqa: F401  (registers prm/ ids)
 
         for module in spec.imports:
             importlib.import_module(module)
-        from agents.chat import ChatTemplate
+        from prm_gym.agents.chat import ChatTemplate
 
         self.spec = spec
         self.index = index
@@ -115,10 +116,10 @@ class RolloutWorker:
     ) -> list[Trajectory] | TreeSample:
         """One group: ``len(seeds)`` episodes of ``task_id``; with ``tree``, that task's Tree-GRPO
         trees instead (reset seed ``seeds[0]``, branch points drawn from a generator seeded by
-        ``seeds``), as a :class:`training.tree.TreeSample`."""
+        ``seeds``), as a :class:`prm_gym.training.tree.TreeSample`."""
         import gymnasium as gym
 
-        from agents.rollout import rollout
+        from prm_gym.agents.rollout import rollout
 
         if tree is not None:
             return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
@@ -141,7 +142,7 @@ class RolloutWorker:
         import gymnasium as gym
         import numpy as np
 
-        from training.tree import sample_trees
+        from prm_gym.training.tree import sample_trees
 
         sample = sample_trees(
             lambda: gym.make(self.spec.env_id, **self.spec.env_kwargs),
@@ -218,7 +219,7 @@ class RayRollouts:
             ray.get([a.ping.remote() for a in self.actors], timeout=start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             self.close()
-            from envs.errors import InfraError
+            from prm_gym.core.errors import InfraError
 
             raise InfraError(
                 f"{num_workers} Ray workers did not start within {start_timeout_s:g}s: they need "
@@ -298,7 +299,7 @@ class RayRollouts:
                 self._replace(w, actor)
                 self._retry(g, tries, pending, stats)
             except ray.exceptions.RayTaskError as exc:
-                from envs.errors import InfraError
+                from prm_gym.core.errors import InfraError
 
                 if not isinstance(exc.as_instanceof_cause(), InfraError):
                     raise

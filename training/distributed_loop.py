@@ -1,8 +1,8 @@
 """``train-agent --backend ray`` / ``--policy vllm:<url>|vllm-engine:<dir>``: the loop with other samplers.
 
-The maths and the learner are the in-process trainer's (:func:`training.trainer.learner_step`,
-:func:`training.batch.build_batch`, the same task and seed schedule): only where episodes are
-played changes. Rollouts run on :class:`training.distributed.RayRollouts` workers (or in this
+The maths and the learner are the in-process trainer's (:func:`prm_gym.training.trainer.learner_step`,
+:func:`prm_gym.training.batch.build_batch`, the same task and seed schedule): only where episodes are
+played changes. Rollouts run on :class:`prm_gym.training.distributed.RayRollouts` workers (or in this
 process for ``--backend local``), sampling from published ``hf:`` weights, from vLLM servers
 that reload the learner's weights after every step, or from an in-process vLLM engine
 (``vllm-engine:<dir>``) into which the learner's tensors are copied after every step.
@@ -23,14 +23,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from agents.policy import SamplingParams
-from agents.rollout import Trajectory
-from envs.errors import ConfigError
-from training.asyncrl import StalenessReport, admit
-from training.batch import Grouping, flatten_groups
-from training.config import TrainConfig, TreeConfig
-from training.distributed import CollectStats, RayRollouts, RolloutWorker, WorkerSpec
-from training.tree import merge_samples
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.asyncrl import StalenessReport, admit
+from prm_gym.training.batch import Grouping, flatten_groups
+from prm_gym.training.config import TrainConfig, TreeConfig
+from prm_gym.training.distributed import CollectStats, RayRollouts, RolloutWorker, WorkerSpec
+from prm_gym.training.tree import merge_samples
 
 
 class LocalRollouts:
@@ -120,9 +120,9 @@ def _push_weights(run: Any, pool: Any, server: Any, cfg: TrainConfig, *, wait: b
 
 def train_distributed(cfg: TrainConfig) -> Any:
     """Train with rollouts on Ray workers and/or vLLM servers; returns the trainer's ``Run``."""
-    from training.batch import build_batch
-    from training.ddp import setup_learner
-    from training.trainer import build_run, checkpoint, checkpoint_due, learner_step, reward_metrics, step_tasks
+    from prm_gym.training.batch import build_batch
+    from prm_gym.training.ddp import setup_learner
+    from prm_gym.training.trainer import build_run, checkpoint, checkpoint_due, learner_step, reward_metrics, step_tasks
 
     a = cfg.asynchronous
     vllm = cfg.policy.startswith("vllm:")
@@ -135,7 +135,7 @@ def train_distributed(cfg: TrainConfig) -> Any:
         pool = pool or LocalRollouts(spec)
     server = None
     if vllm and learner.is_main:
-        from agents.vllm import VLLMPolicy
+        from prm_gym.agents.vllm import VLLMPolicy
 
         server = VLLMPolicy(cfg.policy[5:].split(","), run.policy.tokenizer, model=spec.served_model)
     log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, keep_until=run.step if cfg.resume else None)
@@ -229,5 +229,5 @@ def _collector(
 
 def _as_batch(results: list[Any], trees: bool) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
     """A step's trajectories, their grouping and its sampling budget: from GRPO groups, or from
-    each task's :class:`training.tree.TreeSample` (merged, indices renumbered)."""
+    each task's :class:`prm_gym.training.tree.TreeSample` (merged, indices renumbered)."""
     return merge_samples(results).as_batch() if trees else flatten_groups(results)

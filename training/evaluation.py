@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from agents.chat import ChatTemplate
-from agents.hf import HFPolicy
-from agents.policy import SamplingParams
-from agents.rollout import rollout
-from training.batch import outcome_and_process
-from training.config import TrainConfig
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import rollout
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.batch import outcome_and_process
+from prm_gym.training.config import TrainConfig
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -29,7 +29,7 @@ def evaluate(policy: HFPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int 
     training run's random stream. Returns ``reward``, ``reward_se`` (standard error over
     tasks), ``success``, ``pass@1`` and ``pass@<n>``.
     """
-    from training.trainer import env_factory, task_ids_of
+    from prm_gym.training.trainer import env_factory, task_ids_of
 
     e = cfg.eval
     make_env = env_factory(cfg.env, cfg.eval_env_kwargs)

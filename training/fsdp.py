@@ -11,7 +11,7 @@ the optimiser's moments into the replica's optimiser, so checkpoints keep the on
 and ``--resume`` works across ``--sharding`` settings and world sizes.
 
 Gradient averaging over ranks is FSDP's reduce-scatter mean, the same as DDP's all-reduce mean,
-so :func:`training.ddp.rank_chunks` weights micro-batches the same way for both.
+so :func:`prm_gym.training.ddp.rank_chunks` weights micro-batches the same way for both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Proof that the trainer learns: a short SFT warm start, then GRPO on prm/Math-v0, on CPU.
 
-``make learn`` (``python -m training.learn``) runs, in a few minutes on 2 CPU cores:
+``make learn`` (``python -m prm_gym.training.learn``) runs, in a few minutes on 2 CPU cores:
 
 1. **SFT warm start** (reported as such): a small Llama-architecture model, randomly
    initialised, with the byte-level tokenizer, is trained by cross-entropy on generated
@@ -8,7 +8,7 @@
    expression, then copy the tool result into ``<answer>``), 10% guess an answer directly
    (almost always wrong). The warm-started policy therefore mixes both behaviours and copies
    imperfectly.
-2. **GRPO** through the real env, judge and trainer (:func:`training.trainer.train`): the
+2. **GRPO** through the real env, judge and trainer (:func:`prm_gym.training.trainer.train`): the
    outcome reward alone must teach the policy to prefer the calculator and to copy exactly.
 3. Held-out reward (level-1 test split, 32 tasks x 4 samples) before and after GRPO, with
    standard errors, and ``reward.png`` in the output directory.
@@ -28,10 +28,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-import envs  # noqa: F401  (registers prm/ ids)
-from agents.chat import ChatTemplate
-from agents.tiny import tiny_model, tiny_tokenizer
-from training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.models import tiny_model, tiny_tokenizer
+from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
 
 ENV_KWARGS: dict[str, Any] = {"levels": [1], "max_turns": 3, "num_tasks": 2000}
 
@@ -162,7 +162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the proof; print and return the initial and final held-out reward."""
-    from training.trainer import train
+    from prm_gym.training.trainer import train
 
     args = parse_args(argv)
     torch.set_num_threads(1)  # 2 threads on 2 shared cores is slower (contention)

@@ -1,6 +1,6 @@
-"""One GRPO step's collection with the rollout recipes of :class:`training.config.RecipeConfig`.
+"""One GRPO step's collection with the rollout recipes of :class:`prm_gym.training.config.RecipeConfig`.
 
-Used by :func:`training.trainer.train` instead of :func:`training.trainer.collect_sync` when any of
+Used by :func:`prm_gym.training.trainer.train` instead of :func:`prm_gym.training.trainer.collect_sync` when any of
 dynamic sampling, Resample-on-Correct, online difficulty filtering or the curriculum is on.
 """
 
@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from agents.rollout import Trajectory, rollout
-from training.batch import Grouping, outcome_and_process
-from training.curriculum import DifficultyTracker
-from training.recipes import is_degenerate, resample_on_correct, split_groups
+from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.training.batch import Grouping, outcome_and_process
+from prm_gym.training.curriculum import DifficultyTracker
+from prm_gym.training.recipes import is_degenerate, resample_on_correct, split_groups
 
 if TYPE_CHECKING:
-    from training.trainer import Run
+    from prm_gym.training.trainer import Run
 
 
 def make_tracker(run: Run) -> DifficultyTracker | None:

@@ -1,7 +1,7 @@
 """Group-level rollout recipes: dynamic sampling (DAPO) and Resample-on-Correct (GRPO-RoC).
 
-Pure functions over lists of :class:`agents.rollout.Trajectory`; the trainer's
-:func:`training.trainer.collect_sync` calls them when ``--recipes.*`` turns them on.
+Pure functions over lists of :class:`prm_gym.agents.rollout.Trajectory`; the trainer's
+:func:`prm_gym.training.trainer.collect_sync` calls them when ``--recipes.*`` turns them on.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agents.rollout import Trajectory
-from training.batch import outcome_and_process
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.training.batch import outcome_and_process
 
 
 def is_degenerate(group: Sequence[Trajectory], ndigits: int = 9) -> bool:

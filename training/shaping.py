@@ -1,8 +1,8 @@
 """Reward shaping the trainer applies before advantages: judge combination modes and overlong.
 
 * :func:`combined_returns` applies the options of the env's judge expression after ``;``
-  (``credit=min``, ``gate=...``, ``norm=...``, ``clip=...``, see :mod:`rewards.combine`) per
-  group with :func:`rewards.combine.combine_group`; the env itself scores turn by turn and
+  (``credit=min``, ``gate=...``, ``norm=...``, ``clip=...``, see :mod:`prm_gym.rewards.combine`) per
+  group with :func:`prm_gym.rewards.combine.combine_group`; the env itself scores turn by turn and
   cannot see the group, so these group/trajectory-level modes are the trainer's job.
 * :func:`overlong_penalty` is DAPO's soft overlong punishment (Yu et al. 2025, *DAPO: An Open-Source
   LLM Reinforcement Learning System at Scale*, section 3.4), applied per turn.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.rollout import Trajectory
-from rewards.combine import CombineConfig, combine_group, normalize
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.rewards.combine import CombineConfig, combine_group, normalize
 
 
 def is_active(config: CombineConfig | None) -> bool:

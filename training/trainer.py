@@ -2,7 +2,7 @@
 
 Read :func:`train` top to bottom: build the policy, envs and optimiser; every step pick tasks,
 collect trajectories (synchronously, from async producers, or as Tree-GRPO trees), turn them
-into a :class:`training.batch.Batch`, call :func:`learner_step`, log, checkpoint.
+into a :class:`prm_gym.training.batch.Batch`, call :func:`learner_step`, log, checkpoint.
 """
 
 from __future__ import annotations
@@ -18,28 +18,28 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agents.chat import ChatTemplate
-from agents.hf import HFPolicy
-from agents.policy import SamplingParams
-from agents.rollout import Trajectory, rollout
-from envs.errors import ConfigError
-from rewards.combine import CombineConfig
-from training.asyncrl import AsyncCollector, StalenessReport
-from training.batch import Batch, Grouping, build_batch, flatten_groups
-from training.checkpoint import load_checkpoint, model_state, save_checkpoint
-from training.config import LossConfig, TrainConfig
-from training.ddp import rank_chunks, reduce_stats, setup_learner
-from training.evaluation import evaluate
-from training.fsdp import scalar
-from training.losses import policy_loss, token_logprobs, truncated_is_weights
-from training.metrics import Progress, plot_metrics
-from training.recipe_loop import collect_recipes, make_tracker
-from training.tree import sample_trees
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.policy import SamplingParams
+from prm_gym.rewards.combine import CombineConfig
+from prm_gym.training.asyncrl import AsyncCollector, StalenessReport
+from prm_gym.training.batch import Batch, Grouping, build_batch, flatten_groups
+from prm_gym.training.checkpoint import load_checkpoint, model_state, save_checkpoint
+from prm_gym.training.config import LossConfig, TrainConfig
+from prm_gym.training.ddp import rank_chunks, reduce_stats, setup_learner
+from prm_gym.training.evaluation import evaluate
+from prm_gym.training.fsdp import scalar
+from prm_gym.training.losses import policy_loss, token_logprobs, truncated_is_weights
+from prm_gym.training.metrics import Progress, plot_metrics
+from prm_gym.training.recipe_loop import collect_recipes, make_tracker
+from prm_gym.training.tree import sample_trees
 
 
 def env_factory(env_id: str, kwargs: dict[str, Any]) -> Callable[[], gym.Env]:
     """A function building ``gym.make(env_id, **kwargs)``; checks the id once."""
-    import envs  # noqa: F401  (registers prm/ ids)
+    import prm_gym  # noqa: F401  (registers prm/ ids)
 
     if env_id not in gym.registry:
         known = ", ".join(sorted(k for k in gym.registry if k.startswith("prm/")))

@@ -6,7 +6,7 @@ unfinished boundaries of its leaves; at each, the env is forked (``env.unwrapped
 replays the prefix with memoised verdicts) and the episode is continued from the prefix's
 token ids, so siblings share their prefix tokens and only the new suffix is generated. Every
 finished episode is a leaf; leaves are scored with intra-tree and inter-tree advantages
-(:func:`training.advantages.tree_advantages`). Works over any :class:`envs.base.ToolEnv`.
+(:func:`prm_gym.training.advantages.tree_advantages`). Works over any :class:`prm_gym.envs.base.ToolEnv`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.chat import ChatTemplate
-from agents.policy import Policy, SamplingParams
-from agents.rollout import Trajectory, continue_rollout, rollout
-from training.batch import Grouping
-from training.config import TreeConfig
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import Trajectory, continue_rollout, rollout
+from prm_gym.core.policy import Policy, SamplingParams
+from prm_gym.training.batch import Grouping
+from prm_gym.training.config import TreeConfig
 
 DEFAULT_SAMPLING = SamplingParams()
 
@@ -127,7 +127,7 @@ def sample_trees(
 
     Args:
         make_env: builds a fresh env (``gym.make`` with the run's kwargs).
-        policy, chat, sampling, max_context_tokens: as in :func:`agents.rollout.rollout`.
+        policy, chat, sampling, max_context_tokens: as in :func:`prm_gym.agents.rollout.rollout`.
         task_ids: the tasks; ``seeds[i]`` is the reset seed of task ``i``'s trees.
         cfg: the tree shape.
         rng: chooses the boundaries to expand.

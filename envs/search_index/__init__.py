@@ -1,19 +1,19 @@
 """Retrieval backends for prm/Search: one small interface, several engines.
 
 * :class:`BM25Index` (embedded default): numpy BM25 with Lucene's scoring, saved to disk.
-* :class:`HTTPRetriever`: a client of ``python -m envs.search_index.server``, so many rollout
+* :class:`HTTPRetriever`: a client of ``python -m prm_gym.envs.search_index.server``, so many rollout
   workers share one index.
-* ``envs.search_index.pyserini_backend``: Lucene through pyserini, an optional extra imported
+* ``prm_gym.envs.search_index.pyserini_backend``: Lucene through pyserini, an optional extra imported
   only when asked for.
-* ``envs.search_index.dense``: all-MiniLM-L6-v2 embeddings with exact inner-product search
+* ``prm_gym.envs.search_index.dense``: all-MiniLM-L6-v2 embeddings with exact inner-product search
   (numpy, or faiss), an optional extra imported only when asked for.
 """
 
 from __future__ import annotations
 
-from envs.search_index.bm25 import BM25Index
-from envs.search_index.client import HTTPRetriever
-from envs.search_index.protocol import MAX_K, MAX_QUERY_CHARS, Passage, Retriever, read_corpus, write_corpus
+from prm_gym.envs.search_index.bm25 import BM25Index
+from prm_gym.envs.search_index.client import HTTPRetriever
+from prm_gym.envs.search_index.protocol import MAX_K, MAX_QUERY_CHARS, Passage, Retriever, read_corpus, write_corpus
 
 __all__ = [
     "MAX_K",
@@ -37,7 +37,7 @@ def open_retriever(backend: str, location: str, **kwargs: object) -> Retriever:
     Raises:
         ConfigError: unknown backend, missing index, or a missing optional extra.
     """
-    from envs.errors import ConfigError
+    from prm_gym.core.errors import ConfigError
 
     if backend == "bm25":
         if location.endswith(".jsonl"):
@@ -46,11 +46,11 @@ def open_retriever(backend: str, location: str, **kwargs: object) -> Retriever:
     if backend == "http":
         return HTTPRetriever(location, **kwargs)  # type: ignore[arg-type]
     if backend == "pyserini":
-        from envs.search_index.pyserini_backend import PyseriniRetriever
+        from prm_gym.envs.search_index.pyserini_backend import PyseriniRetriever
 
         return PyseriniRetriever(location, **kwargs)  # type: ignore[arg-type]
     if backend == "dense":
-        from envs.search_index.dense import DenseIndex
+        from prm_gym.envs.search_index.dense import DenseIndex
 
         if location.endswith(".jsonl"):
             return DenseIndex.from_corpus(location, **kwargs)  # type: ignore[arg-type]

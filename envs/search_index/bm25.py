@@ -13,7 +13,7 @@ term, so a query is a few vectorised gathers and one partial sort.
 
 Build one from the command line::
 
-    python -m envs.search_index.bm25 --corpus corpus.jsonl --index runs/index
+    python -m prm_gym.envs.search_index.bm25 --corpus corpus.jsonl --index runs/index
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.errors import ConfigError
-from envs.search_index.analyzer import Analyzer
-from envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
+from prm_gym.core.errors import ConfigError
+from prm_gym.envs.search_index.analyzer import Analyzer
+from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
 
 FORMAT = "prm-bm25/1"
 _FREE = 24  # Lucene SmallFloat: lengths below this are stored exactly
@@ -177,7 +177,7 @@ class BM25Index:
                 build one.
         """
         d = Path(directory)
-        meta, _ = read_index_meta(d, "BM25", "envs.search_index.bm25", FORMAT)
+        meta, _ = read_index_meta(d, "BM25", "prm_gym.envs.search_index.bm25", FORMAT)
         with np.load(d / "index.npz", allow_pickle=False) as z:
             indptr, doc_ids, impacts, terms = z["indptr"], z["doc_ids"], z["impacts"], z["terms"]
         vocab = {str(t): i for i, t in enumerate(terms.tolist())}
@@ -285,7 +285,7 @@ class BM25Index:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m envs.search_index.bm25 --corpus C --index DIR``: build and save an index."""
+    """``python -m prm_gym.envs.search_index.bm25 --corpus C --index DIR``: build and save an index."""
     ap = argparse.ArgumentParser(description="Build an embedded BM25 index from a jsonl corpus.")
     ap.add_argument("--corpus", required=True, help='jsonl with {"id","contents"} or {"id","title","text"}')
     ap.add_argument("--index", required=True, help="output directory")

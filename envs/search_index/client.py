@@ -1,9 +1,9 @@
-"""HTTP client backend: queries a retrieval server (``python -m envs.search_index.server``).
+"""HTTP client backend: queries a retrieval server (``python -m prm_gym.envs.search_index.server``).
 
 Requests use the Search-R1 retriever shape, ``POST /retrieve`` with
 ``{"queries": [...], "topk": k, "return_scores": true}``. A server that is down, slow, or
-answers with garbage raises :class:`envs.errors.RetrievalError` (the env then flags the turn
-``infra_error``); a 4xx answer about the query itself raises :class:`envs.errors.ToolError`.
+answers with garbage raises :class:`prm_gym.core.errors.RetrievalError` (the env then flags the turn
+``infra_error``); a 4xx answer about the query itself raises :class:`prm_gym.core.errors.ToolError`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from envs.errors import RetrievalError, ToolError
-from envs.search_index.protocol import Passage, check_query, split_contents
+from prm_gym.core.errors import RetrievalError, ToolError
+from prm_gym.envs.search_index.protocol import Passage, check_query, split_contents
 
 
 def parse_hit(hit: Any) -> Passage:

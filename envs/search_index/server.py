@@ -2,9 +2,9 @@
 
 Start it with one command::
 
-    python -m envs.search_index.server --index runs/index --port 8000
-    python -m envs.search_index.server --corpus corpus.jsonl      # index in memory first
-    python -m envs.search_index.server --backend dense --index runs/dense   # or pyserini
+    python -m prm_gym.envs.search_index.server --index runs/index --port 8000
+    python -m prm_gym.envs.search_index.server --corpus corpus.jsonl      # index in memory first
+    python -m prm_gym.envs.search_index.server --backend dense --index runs/dense   # or pyserini
 
 Endpoints (Search-R1 retriever compatible in spirit):
 
@@ -26,8 +26,8 @@ from collections.abc import Sequence, Sized
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from envs.errors import PRMError, ToolError
-from envs.search_index.protocol import Retriever
+from prm_gym.core.errors import PRMError, ToolError
+from prm_gym.envs.search_index.protocol import Retriever
 
 #: Largest request body accepted, in bytes.
 MAX_BODY_BYTES = 4 << 20
@@ -144,8 +144,8 @@ class RetrievalServer(ThreadingHTTPServer):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m envs.search_index.server``: serve an index over HTTP."""
-    from envs.search_index import open_retriever
+    """``python -m prm_gym.envs.search_index.server``: serve an index over HTTP."""
+    from prm_gym.envs.search_index import open_retriever
 
     ap = argparse.ArgumentParser(description="Serve a retrieval index over HTTP (POST /retrieve).")
     src = ap.add_mutually_exclusive_group(required=True)

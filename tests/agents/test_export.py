@@ -11,14 +11,14 @@ import gymnasium as gym
 import pytest
 from datasets import load_dataset
 
-from agents.chat import ChatTemplate
-from agents.export import export_trajectories
-from agents.policy import FakePolicy
-from agents.rollout import Trajectory, run_episode
-from envs import register_tool_env
-from envs.parsing import format_tool_call
-from rewards.registry import register_judge
-from rewards.testing import FakeJudge, failing
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.export import export_trajectories
+from prm_gym.agents.rollout import Trajectory, run_episode
+from prm_gym.core.parsing import format_tool_call
+from prm_gym.core.policy import FakePolicy
+from prm_gym.envs import register_tool_env
+from prm_gym.rewards.registry import register_judge
+from prm_gym.rewards.testing import FakeJudge, failing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_export_filter_and_bad_suffix(tmp_path: Path, tiny_tokenizer: Any) -> No
 
 def test_prm_export_cli_plays_and_writes_parquet(tmp_path: Path) -> None:
     out = tmp_path / "math.parquet"
-    cmd = [sys.executable, "-m", "agents.export", "--env", "prm/Math-v0", "--policy", "hf:tiny"]
+    cmd = [sys.executable, "-m", "prm_gym.agents.export", "--env", "prm/Math-v0", "--policy", "hf:tiny"]
     cmd += ["--episodes", "2", "--max-new-tokens", "8", "--tokens", "--output", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

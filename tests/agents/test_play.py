@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.play import main
+from prm_gym.agents.play import main
 
 
 def test_play_prints_turns_with_reward_terms(capsys: pytest.CaptureFixture[str]) -> None:

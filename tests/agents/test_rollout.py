@@ -8,11 +8,11 @@ import gymnasium as gym
 import pytest
 import torch
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.policy import FakePolicy, SamplingParams
-from agents.rollout import rollout, run_episode
-from envs.parsing import format_tool_call
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import rollout, run_episode
+from prm_gym.core.parsing import format_tool_call
+from prm_gym.core.policy import FakePolicy, SamplingParams
 
 
 def test_chat_prompt_and_observation_ids(tiny_tokenizer: Any) -> None:
@@ -81,7 +81,7 @@ def test_behaviour_logprobs_match_a_forward_pass(tiny_policy: Any) -> None:
 
 
 def test_stop_strings_end_a_turn(tiny_tokenizer: Any) -> None:
-    from agents.hf import HFPolicy
+    from prm_gym.core.hf import HFPolicy
 
     class Parrot(torch.nn.Module):
         """Always emits the bytes of a fixed string: a deterministic model for stop tests."""
@@ -105,8 +105,8 @@ def test_stop_strings_end_a_turn(tiny_tokenizer: Any) -> None:
 
 
 def test_policy_ids_are_validated() -> None:
-    from agents.hf import load_hf
-    from envs.errors import ConfigError
+    from prm_gym.core.errors import ConfigError
+    from prm_gym.core.models import load_hf
 
     with pytest.raises(ConfigError, match="must start with 'hf:'"):
         load_hf("smollm2")
@@ -116,7 +116,7 @@ def test_policy_ids_are_validated() -> None:
 
 @pytest.mark.slow
 def test_smollm2_episode() -> None:
-    from agents.hf import HFPolicy
+    from prm_gym.core.hf import HFPolicy
 
     policy = HFPolicy.from_id("hf:smollm2-135m")
     traj = run_episode(

@@ -10,13 +10,13 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.policy import SamplingParams
-from agents.rollout import rollout
-from agents.tiny import tiny_tokenizer
-from agents.vllm import PolicyServerError, VLLMPolicy
-from agents.vllm_fake import FakeVLLMServer
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import rollout
+from prm_gym.agents.vllm import PolicyServerError, VLLMPolicy
+from prm_gym.agents.vllm_fake import FakeVLLMServer
+from prm_gym.core.models import tiny_tokenizer
+from prm_gym.core.policy import SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +114,8 @@ def test_update_waits_for_in_flight_batch(tok: Any, tmp_path: Any) -> None:
 
 
 def test_train_agent_with_a_vllm_policy_reloads_weights_every_step(tok: Any, tmp_path: Any) -> None:
-    from agents.tiny import tiny_model
-    from training.cli import main
+    from prm_gym.core.models import tiny_model
+    from prm_gym.training.cli import main
 
     weights = tmp_path / "served"
     tiny_model(len(tok), seed=0).save_pretrained(weights)
@@ -139,9 +139,9 @@ def test_train_agent_with_a_vllm_policy_reloads_weights_every_step(tok: Any, tmp
 
 
 def test_config_names_the_missing_served_weights() -> None:
-    from envs.errors import ConfigError
-    from training.cli import parse
-    from training.config import TrainConfig
+    from prm_gym.core.errors import ConfigError
+    from prm_gym.training.cli import parse
+    from prm_gym.training.config import TrainConfig
 
     with pytest.raises(ConfigError, match="vllm_weights"):
         TrainConfig(policy="vllm:http://127.0.0.1:8000/v1")

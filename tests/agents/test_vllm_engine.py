@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from agents.policy import Policy, SamplingParams
-from agents.tiny import tiny_model, tiny_tokenizer
-from agents.vllm_engine import VLLMEnginePolicy, engine_args
-from agents.vllm_fake import FakeLLM
-from envs.errors import ConfigError
+from prm_gym.agents.vllm_engine import VLLMEnginePolicy, engine_args
+from prm_gym.agents.vllm_fake import FakeLLM
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.models import tiny_model, tiny_tokenizer
+from prm_gym.core.policy import Policy, SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_engine_args_layering() -> None:
 
 
 def test_rollout_worker_pushes_published_weights_into_the_engine(tok: Any) -> None:
-    from training.distributed import RolloutWorker, WorkerSpec
+    from prm_gym.training.distributed import RolloutWorker, WorkerSpec
 
     worker = RolloutWorker(WorkerSpec(env_id="prm/Math-v0"), 0)
     llm = FakeLLM(reply=lambda p, sp: tok.encode("<answer>4</answer>", add_special_tokens=False))
@@ -97,8 +97,8 @@ def test_rollout_worker_pushes_published_weights_into_the_engine(tok: Any) -> No
 
 
 def test_config_accepts_the_engine_id_and_refuses_it_with_ray() -> None:
-    from training.config import TrainConfig
-    from training.distributed_loop import learner_policy
+    from prm_gym.training.config import TrainConfig
+    from prm_gym.training.distributed_loop import learner_policy
 
     cfg = TrainConfig(policy="vllm-engine:/ckpt/policy")
     assert learner_policy(cfg) == "hf:/ckpt/policy"

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from agents.policy import SamplingParams
-from agents.vllm import PolicyServerError, VLLMPolicy
-from agents.vllm_server import REPO_ROOT, VLLMServer, export_hf_weights, vllm_python
+from prm_gym.agents.vllm import PolicyServerError, VLLMPolicy
+from prm_gym.agents.vllm_server import REPO_ROOT, VLLMServer, export_hf_weights, vllm_python
+from prm_gym.core.policy import SamplingParams
 
 pytestmark = [
     pytest.mark.slow,
@@ -112,7 +112,7 @@ def test_generate_gives_exact_ids_with_transformers_logprobs(server: VLLMServer,
 def test_train_agent_reloads_the_served_weights_every_step(
     server: VLLMServer, served_dir: Path, tok: Any, tmp_path: Path
 ) -> None:
-    from training.checkpoint import load_checkpoint
+    from prm_gym.training.checkpoint import load_checkpoint
 
     policy = VLLMPolicy(server.base_url, tok, model=server.served_model)
     probe = chat(tok, QUESTIONS[0])
@@ -121,7 +121,7 @@ def test_train_agent_reloads_the_served_weights_every_step(
     old = load(served_dir)
     mark = len(server.log_text())
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "training.cli", "--env", "prm/Math-v0", "--policy", f"vllm:{server.base_url}"]
+    cmd = [sys.executable, "-m", "prm_gym.training.cli", "--env", "prm/Math-v0", "--policy", f"vllm:{server.base_url}"]
     cmd += ["--vllm-weights", f"hf:{served_dir}", "--steps", "2", "--group-size", "2", "--tasks-per-step", "1"]
     cmd += ["--sampling.max-new-tokens", "24", "--lr", "5e-4", "--weight-decay", "0.1", "--output-dir", str(out)]
     t0 = time.perf_counter()
@@ -197,7 +197,7 @@ def run_engine(served_dir: Path, args: Sequence[str]) -> list[dict[str, Any]]:
     python = vllm_python()
     assert python is not None
     engine_args = json.dumps({"dtype": "float32", "enforce_eager": True, "max_model_len": 2048})
-    cmd = [python, "-m", "agents.vllm_engine", str(served_dir), "--engine-args", engine_args, *args]
+    cmd = [python, "-m", "prm_gym.agents.vllm_engine", str(served_dir), "--engine-args", engine_args, *args]
     env = {**os.environ, **CPU_ENV, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO_ROOT)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -228,12 +228,12 @@ def test_in_process_engine_samples_and_takes_pushed_weights(served_dir: Path, to
 
 
 def test_train_agent_with_the_in_process_engine(served_dir: Path, tmp_path: Path) -> None:
-    from training.checkpoint import load_checkpoint
+    from prm_gym.training.checkpoint import load_checkpoint
 
     python = vllm_python()
     assert python is not None
     out = tmp_path / "run"
-    cmd = [python, "-m", "training.cli", "--env", "prm/Math-v0", "--policy", f"vllm-engine:{served_dir}"]
+    cmd = [python, "-m", "prm_gym.training.cli", "--env", "prm/Math-v0", "--policy", f"vllm-engine:{served_dir}"]
     cmd += [
         "--steps",
         "2",

@@ -1,4 +1,4 @@
-"""agents.vllm_server without vLLM: weight export for serving, and the server's command line."""
+"""prm_gym.agents.vllm_server without vLLM: weight export for serving, and the server's command line."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.vllm import PolicyServerError
-from agents.vllm_server import VLLMServer, export_hf_weights
+from prm_gym.agents.vllm import PolicyServerError
+from prm_gym.agents.vllm_server import VLLMServer, export_hf_weights
 
 
 def test_export_unties_the_output_embedding_and_keeps_the_function(tmp_path: Path) -> None:
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from agents.hf import load_hf
+    from prm_gym.core.models import load_hf
 
     tied = export_hf_weights("hf:tiny", tmp_path / "tied")
     untied = export_hf_weights("hf:tiny", tmp_path / "untied", untie=True)

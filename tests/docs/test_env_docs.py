@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from envs.base import ToolEnv
+from prm_gym.envs.base import ToolEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docs" / "gen_env_docs.py"

@@ -6,12 +6,12 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401
-from envs.code import CodeEnv
-from envs.code_gen import generate_code_tasks
-from envs.code_tasks import load_code_file, load_humaneval
-from envs.parsing import format_tool_call
-from sandbox.bwrap import BwrapSandbox
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.parsing import format_tool_call
+from prm_gym.envs.code import CodeEnv
+from prm_gym.envs.code_gen import generate_code_tasks
+from prm_gym.envs.code_tasks import load_code_file, load_humaneval
+from prm_gym.sandbox.bwrap import BwrapSandbox
 
 HUMANEVAL = load_humaneval()
 

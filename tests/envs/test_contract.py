@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
+from prm_gym import envs
 
 PRM_IDS = sorted(i for i in gym.registry if i.startswith("prm/"))
 ACTIONS = [

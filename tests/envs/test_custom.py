@@ -12,9 +12,9 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401
-from envs import ConfigError, TaskError, register_tool_env
-from envs.parsing import format_tool_call
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.parsing import format_tool_call
+from prm_gym.envs import ConfigError, TaskError, register_tool_env
 
 
 def lookup(key: str) -> str:

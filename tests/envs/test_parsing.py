@@ -8,8 +8,8 @@ import gymnasium as gym
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401
-from envs.parsing import MAX_ACTION_CHARS, format_tool_call, parse_action, parse_general
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.parsing import MAX_ACTION_CHARS, format_tool_call, parse_action, parse_general
 
 
 def codes(text: object) -> list[str]:

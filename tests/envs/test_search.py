@@ -11,14 +11,14 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the ids)
-from envs.errors import TaskError
-from envs.parsing import format_answer, format_tool_call
-from envs.search import SearchEnv, format_passages
-from envs.search_index import BM25Index, Passage
-from envs.search_index.server import RetrievalServer
-from envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
-from rewards.retrieval import retrieved
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import TaskError
+from prm_gym.core.parsing import format_answer, format_tool_call
+from prm_gym.envs.search import SearchEnv, format_passages
+from prm_gym.envs.search_index import BM25Index, Passage
+from prm_gym.envs.search_index.server import RetrievalServer
+from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
+from prm_gym.rewards.retrieval import retrieved
 
 
 def _search(q: str) -> str:
@@ -120,9 +120,9 @@ def test_fork_replays_the_episode(world_index: BM25Index) -> None:
 
 
 def test_judges_see_every_search_turn(world_index: BM25Index) -> None:
-    from rewards.protocol import Scope
-    from rewards.registry import register_judge
-    from rewards.types import Turn, Verdict
+    from prm_gym.rewards.protocol import Scope
+    from prm_gym.rewards.registry import register_judge
+    from prm_gym.rewards.types import Turn, Verdict
 
     seen: list[Turn] = []
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.errors import ConfigError, ToolError
-from envs.search_index import BM25Index, Passage, open_retriever, read_corpus, write_corpus
-from envs.search_index.analyzer import Analyzer
-from envs.search_index.bm25 import lucene_norm_length
-from envs.search_tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.core.errors import ConfigError, ToolError
+from prm_gym.envs.search_index import BM25Index, Passage, open_retriever, read_corpus, write_corpus
+from prm_gym.envs.search_index.analyzer import Analyzer
+from prm_gym.envs.search_index.bm25 import lucene_norm_length
+from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
 
 
 def _world_index(n: int = 200) -> tuple[BM25Index, list[Passage]]:
@@ -92,7 +92,7 @@ def test_save_load_roundtrip(tmp_path: Path) -> None:
 
 
 def test_missing_index_directory_says_how_to_build(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"does not exist.*python -m envs\.search_index\.bm25 --corpus"):
+    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search_index\.bm25 --corpus"):
         BM25Index.load(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="holds no BM25 index"):

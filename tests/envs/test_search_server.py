@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from envs.errors import RetrievalError, ToolError
-from envs.search_index import BM25Index, HTTPRetriever, write_corpus
-from envs.search_index.server import RetrievalServer
-from envs.search_tasks import generate_world, world_passages
+from prm_gym.core.errors import RetrievalError, ToolError
+from prm_gym.envs.search_index import BM25Index, HTTPRetriever, write_corpus
+from prm_gym.envs.search_index.server import RetrievalServer
+from prm_gym.envs.search_tasks import generate_world, world_passages
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_slow_or_garbage_server_is_a_retrieval_error(handler: type, match: str) 
 def test_server_starts_with_one_command(tmp_path: Path) -> None:
     corpus = write_corpus(world_passages(generate_world(40, seed=0)), tmp_path / "corpus.jsonl")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envs.search_index.server", "--corpus", str(corpus), "--port", "0"],
+        [sys.executable, "-m", "prm_gym.envs.search_index.server", "--corpus", str(corpus), "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )

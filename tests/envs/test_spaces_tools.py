@@ -7,9 +7,9 @@ from typing import Literal
 import pytest
 from gymnasium.spaces import Text
 
-from envs.errors import ConfigError
-from envs.spaces import UnicodeText
-from envs.tools import Tool, function_schema
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.spaces import UnicodeText
+from prm_gym.core.tools import Tool, function_schema
 
 
 def test_unicode_text_admits_real_llm_output() -> None:

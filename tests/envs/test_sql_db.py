@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import InfraError, ToolError
-from envs.sql_db import DatabaseError, SQLiteDatabase, format_result, open_database
+from prm_gym.core.errors import InfraError, ToolError
+from prm_gym.sandbox.sql_db import DatabaseError, SQLiteDatabase, format_result
+from prm_gym.sandbox.sql_open import open_database
 
 
 def _make_db(path: Path) -> Path:

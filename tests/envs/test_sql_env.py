@@ -11,11 +11,11 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers prm/*)
-from envs.errors import TaskError
-from envs.parsing import format_answer, format_tool_call
-from envs.sql import SQLEnv
-from envs.sql_tasks import generate_sql_tasks, load_sql_file
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import TaskError
+from prm_gym.core.parsing import format_answer, format_tool_call
+from prm_gym.envs.sql import SQLEnv
+from prm_gym.envs.sql_tasks import generate_sql_tasks, load_sql_file
 
 TERMS = ("outcome", "syntax", "schema", "overlap", "explore", "format", "tool")
 

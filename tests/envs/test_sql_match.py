@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import JudgeError
-from envs.parsing import format_answer, format_tool_call, parse_action
-from envs.tasks import Task
-from envs.tools import ToolResult
-from rewards.protocol import score_batch
-from rewards.registry import make_judge
-from rewards.sql_match import (
+from prm_gym.core.errors import JudgeError
+from prm_gym.core.parsing import format_answer, format_tool_call, parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.core.tools import ToolResult
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.sql_match import (
     DATABASES,
     SQLShape,
     gold_orders,
@@ -22,7 +22,7 @@ from rewards.sql_match import (
     rows_match,
     sql_shape,
 )
-from rewards.types import Turn
+from prm_gym.rewards.types import Turn
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import ToolError
-from envs.parsing import format_answer, format_tool_call
-from envs.sql import SQLEnv
+from prm_gym.core.errors import ToolError
+from prm_gym.core.parsing import format_answer, format_tool_call
+from prm_gym.envs.sql import SQLEnv
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'prm-gym[sql-postgres]')")
 
@@ -70,7 +70,7 @@ def pg_dsn() -> Iterator[str]:
 
 
 def test_postgres_episode_is_read_only_and_time_limited(pg_dsn: str) -> None:
-    from envs.sql_postgres import PostgresDatabase
+    from prm_gym.sandbox.sql_postgres import PostgresDatabase
 
     db = PostgresDatabase(pg_dsn)
     assert db.tables() == ["pet"] and '"größe" integer' in db.describe("pet")

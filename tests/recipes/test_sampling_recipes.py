@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.rollout import Trajectory, TurnRecord
-from envs.errors import ConfigError
-from envs.math_tasks import generate_math_tasks
-from training.config import RecipeConfig, TrainConfig
-from training.curriculum import DifficultyTracker, bucket_of
-from training.recipes import error_count, is_degenerate, resample_on_correct
+from prm_gym.agents.rollout import Trajectory, TurnRecord
+from prm_gym.core.errors import ConfigError
+from prm_gym.envs.math_tasks import generate_math_tasks
+from prm_gym.training.config import RecipeConfig, TrainConfig
+from prm_gym.training.curriculum import DifficultyTracker, bucket_of
+from prm_gym.training.recipes import error_count, is_degenerate, resample_on_correct
 
 
 def traj(outcome: float, errors: int = 0, status: str = "ok", name: str = "t") -> Trajectory:
@@ -76,7 +76,7 @@ def test_curriculum_unlocks_the_next_level_when_the_frontier_is_passed() -> None
 
 
 def test_curriculum_tracks_each_env_of_a_mixture_apart() -> None:
-    from envs.tasks import Task
+    from prm_gym.core.tasks import Task
 
     tasks = [Task(f"{e}{lv}", "q", "a", {"env": e, "level": lv}) for e in ("math", "sql") for lv in (1, 2)]
     tr = DifficultyTracker(tasks, RecipeConfig(curriculum=True))

@@ -9,15 +9,15 @@ import gymnasium as gym
 import pytest
 import torch
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.policy import FakePolicy
-from agents.rollout import Trajectory, TurnRecord, rollout
-from rewards.combine import CombineConfig, combine_group
-from training.advantages import batch_std_advantages, group_advantages
-from training.batch import Grouping, build_batch, compute_advantages, shaped_returns
-from training.config import LossConfig
-from training.shaping import combined_returns, is_active, overlong_penalty
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import Trajectory, TurnRecord, rollout
+from prm_gym.core.policy import FakePolicy
+from prm_gym.rewards.combine import CombineConfig, combine_group
+from prm_gym.training.advantages import batch_std_advantages, group_advantages
+from prm_gym.training.batch import Grouping, build_batch, compute_advantages, shaped_returns
+from prm_gym.training.config import LossConfig
+from prm_gym.training.shaping import combined_returns, is_active, overlong_penalty
 
 KW: dict[str, Any] = {"levels": [1], "num_tasks": 10, "max_turns": 3}
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401
-from envs.errors import JudgeError
-from envs.parsing import parse_action
-from envs.tasks import Task
-from rewards.registry import make_judge
-from rewards.types import Turn
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import JudgeError
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.types import Turn
 
 REF = {"reference_calls": [{"name": "search", "arguments": {"query": "Paris", "k": 3}}]}
 

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training.cli import parse
-from training.config import EvalConfig, LossConfig, RecipeConfig, SamplingConfig, TrainConfig
-from training.metrics import read_metrics
-from training.trainer import train
+from prm_gym.training.cli import parse
+from prm_gym.training.config import EvalConfig, LossConfig, RecipeConfig, SamplingConfig, TrainConfig
+from prm_gym.training.metrics import read_metrics
+from prm_gym.training.trainer import train
 
 ENV_KW = '{"levels": [1, 2], "num_tasks": 20, "max_turns": 2}'
 FLAGS = {
@@ -43,7 +43,9 @@ def test_every_recipe_flag_parses_and_is_listed_in_help() -> None:
         "batch",
         4,
     )
-    out = subprocess.run([sys.executable, "-m", "training.cli", "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "prm_gym.training.cli", "--help"], capture_output=True, text=True, check=True
+    )
     for flag in FLAGS:
         assert flag in out.stdout, flag
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoint import load_checkpoint, save_checkpoint
-from training.metrics import MetricsLog, read_metrics
+from prm_gym.training.checkpoint import load_checkpoint, save_checkpoint
+from prm_gym.training.metrics import MetricsLog, read_metrics
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_orphan_temporary_checkpoint_is_removed_by_the_next_save(tmp_path: Path)
 def test_kill_9_during_checkpoint_writes_never_corrupts_it(tmp_path: Path) -> None:
     code = (
         "import sys, torch\n"
-        "from training.checkpoint import save_checkpoint\n"
+        "from prm_gym.training.checkpoint import save_checkpoint\n"
         "big = torch.zeros(1_000_000)\n"
         "step = 0\n"
         "while True:\n"

@@ -1,6 +1,6 @@
 """Crash safety of ``train-agent``: kill -9 at random points and ``--resume``; Ctrl-C cleans up.
 
-The trainer runs as a real subprocess (``python -m training.cli``) and is killed with real
+The trainer runs as a real subprocess (``python -m prm_gym.training.cli``) and is killed with real
 signals. A resumed run must end with every step logged exactly once, a loadable checkpoint,
 no leftover temporary files, and the same per-step metrics as an uninterrupted run.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.checkpoint import load_checkpoint
-from training.metrics import read_metrics
+from prm_gym.training.checkpoint import load_checkpoint
+from prm_gym.training.metrics import read_metrics
 
 PROJECT = Path(__file__).resolve().parents[2]
 STEPS = 8
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 def _argv(out: Path, resume: bool) -> list[str]:
     return [
-        sys.executable, "-m", "training.cli", "--policy", "hf:tiny", "--steps", str(STEPS),
+        sys.executable, "-m", "prm_gym.training.cli", "--policy", "hf:tiny", "--steps", str(STEPS),
         "--group-size", "2", "--tasks-per-step", "1", "--sampling.max-new-tokens", "12",
         "--eval.num-tasks", "1", "--eval.samples", "1", "--checkpoint-every", "1",
         "--no-progress", "--no-tensorboard", "--output-dir", str(out), *(["--resume"] if resume else []),
@@ -98,7 +98,7 @@ def test_ctrl_c_cleans_up_sandboxes_and_temp_files(tmp_path: Path) -> None:
     tmp.mkdir()
     code = (
         "import os, time\n"
-        "from envs.code import CodeEnv\n"
+        "from prm_gym.envs.code import CodeEnv\n"
         "env = CodeEnv(num_tasks=3)\n"
         "env.reset(seed=0)\n"
         "try:\n"

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envs.math import MathEnv
-from rewards.openai_fake import FakeOpenAIServer
+from prm_gym.envs.math import MathEnv
+from prm_gym.rewards.openai_fake import FakeOpenAIServer
 
 RATE = 0.3
 GOOD = '{"score": 7, "reason": "fine"}'
@@ -102,8 +102,8 @@ def test_judge_faults_are_flagged_one_for_one() -> None:
 
 
 def test_retrieval_server_down_mid_run_is_infra_not_agent_error() -> None:
-    from envs.search import SearchEnv, world_index
-    from envs.search_index.server import RetrievalServer
+    from prm_gym.envs.search import SearchEnv, world_index
+    from prm_gym.envs.search_index.server import RetrievalServer
 
     index = world_index(40, 0)
     server = RetrievalServer(index, port=0).start()
@@ -143,8 +143,8 @@ def test_retrieval_server_down_mid_run_is_infra_not_agent_error() -> None:
 
 
 def _bwrap_killer_sandbox(plan: list[bool]) -> Any:
-    from sandbox.bwrap import BwrapSandbox
-    from sandbox.types import Limits
+    from prm_gym.sandbox.bwrap import BwrapSandbox
+    from prm_gym.sandbox.types import Limits
 
     class KillerSandbox(BwrapSandbox):
         """A real bwrap sandbox whose worker is SIGKILLed by the host mid-run when ``plan`` says so."""
@@ -159,7 +159,7 @@ def _bwrap_killer_sandbox(plan: list[bool]) -> Any:
 
 
 def test_sandbox_backend_killed_is_flagged() -> None:
-    from envs.code import CodeEnv
+    from prm_gym.envs.code import CodeEnv
 
     rng = np.random.default_rng(3)
     plan = [bool(rng.random() < 0.4) for _ in range(8)]

@@ -1,6 +1,6 @@
 """Property-based fuzzing: random unicode, huge inputs and random JSON never crash or hang the
 parser, any env's ``step``, the judge-expression parser or the config loader; bad input gets a
-clear :class:`envs.errors.PRMError` (a ``ValueError``) that names the problem.
+clear :class:`prm_gym.core.errors.PRMError` (a ``ValueError``) that names the problem.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401  (registers the prm/ ids)
-from envs.errors import PRMError
-from envs.parsing import parse_action
-from rewards.combine import parse_judge_spec
-from training.cli import main as cli_main
-from training.config import TrainConfig, parse_json_kwargs
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import PRMError
+from prm_gym.core.parsing import parse_action
+from prm_gym.rewards.combine import parse_judge_spec
+from prm_gym.training.cli import main as cli_main
+from prm_gym.training.config import TrainConfig, parse_json_kwargs
 
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 json_values = st.recursive(

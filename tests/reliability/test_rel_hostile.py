@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.protocol import make_sandbox
-from sandbox.types import Limits
+from prm_gym.sandbox.protocol import make_sandbox
+from prm_gym.sandbox.types import Limits
 
 PROJECT = Path(__file__).resolve().parents[2]
 _TRY = "try:\n{body}\nexcept BaseException as e:\n    print('blocked', type(e).__name__)\n"
@@ -102,7 +102,7 @@ SQL_ATTEMPTS = [
 
 
 def test_sql_attacks_cannot_modify_or_escape_the_database() -> None:
-    from envs.sql import SQLEnv
+    from prm_gym.envs.sql import SQLEnv
 
     env = SQLEnv(num_tasks=5, query_timeout_s=1.0, max_turns=200)
     env.reset(seed=0)
@@ -133,7 +133,7 @@ def _json(text: str) -> str:
 
 
 def test_search_queries_cannot_exhaust_the_index() -> None:
-    from envs.search import SearchEnv
+    from prm_gym.envs.search import SearchEnv
 
     env = SearchEnv(world_people=40, num_tasks=5, max_turns=100)
     env.reset(seed=0)
@@ -171,8 +171,8 @@ MARKUP_ACTIONS = [
 
 
 def test_markup_imitation_is_not_trusted() -> None:
-    from envs.math import MathEnv
-    from rewards.openai_fake import FakeOpenAIServer, gullible
+    from prm_gym.envs.math import MathEnv
+    from prm_gym.rewards.openai_fake import FakeOpenAIServer, gullible
 
     with FakeOpenAIServer(reply=gullible) as server:
         env = MathEnv(

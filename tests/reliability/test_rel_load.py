@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the prm/ ids)
+import prm_gym  # noqa: F401  (registers the prm/ ids)
 
 ACTIONS = {
     "prm/Math-v0": [

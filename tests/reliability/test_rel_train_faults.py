@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rewards.openai_fake import FakeOpenAIServer
-from training.cli import main
-from training.metrics import read_metrics
+from prm_gym.rewards.openai_fake import FakeOpenAIServer
+from prm_gym.training.cli import main
+from prm_gym.training.metrics import read_metrics
 
 
 class FaultyReplies:

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from agents.chat import ChatTemplate
-from agents.hf import HFPolicy
-from agents.policy import SamplingParams
-from envs.errors import SandboxError
-from envs.math import MathEnv
-from envs.tasks import Task
-from training.asyncrl import AsyncCollector
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.errors import SandboxError
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.policy import SamplingParams
+from prm_gym.core.tasks import Task
+from prm_gym.envs.math import MathEnv
+from prm_gym.training.asyncrl import AsyncCollector
 
 
 class FlakyWorkerEnv(MathEnv):

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from envs.errors import ConfigError
-from rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
+from prm_gym.core.errors import ConfigError
+from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs.errors import ConfigError
-from rewards.combine import (
+from prm_gym.core.errors import ConfigError
+from prm_gym.rewards.combine import (
     CombineConfig,
     check_finite,
     clip,

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from envs.parsing import parse_action
-from envs.tasks import Task
-from rewards.guards import GuardConfig, check
-from rewards.llm_judge import LLMJudge
-from rewards.openai_fake import FakeOpenAIServer, gullible
-from rewards.protocol import score_batch
-from rewards.types import Turn
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.rewards.guards import GuardConfig, check
+from prm_gym.rewards.llm_judge import LLMJudge
+from prm_gym.rewards.openai_fake import FakeOpenAIServer, gullible
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.types import Turn
 
 TASK = Task("t1", "A train travels 60 km in 1.5 hours. What is its average speed in km per hour?", "40")
 

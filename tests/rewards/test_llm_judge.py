@@ -11,15 +11,15 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the prm/ ids)
-from envs.errors import JudgeError
-from envs.parsing import parse_action
-from envs.tasks import Task
-from rewards.llm_judge import LLMJudge, parse_verdict
-from rewards.openai_fake import FakeOpenAIServer
-from rewards.protocol import score_batch
-from rewards.registry import make_judge
-from rewards.types import Turn
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import JudgeError
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.rewards.llm_judge import LLMJudge, parse_verdict
+from prm_gym.rewards.openai_fake import FakeOpenAIServer
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.types import Turn
 
 TASK = Task("t1", "What is 6 times 7?", "42")
 

@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from agents.policy import FakePolicy
-from envs.errors import ConfigError
-from envs.parsing import parse_action
-from envs.tasks import Task
-from envs.tools import ToolResult
-from rewards.implicit import ImplicitPRM, turn_rewards
-from rewards.lm import messages_before, prompt_ids, target_logprobs
-from rewards.prm import DiscriminativePRM
-from rewards.progress import InfoGainJudge, MonteCarloProgressJudge
-from rewards.protocol import score_batch
-from rewards.registry import make_judge
-from rewards.types import Turn
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.policy import FakePolicy
+from prm_gym.core.tasks import Task
+from prm_gym.core.tools import ToolResult
+from prm_gym.rewards.implicit import ImplicitPRM, turn_rewards
+from prm_gym.rewards.lm import messages_before, prompt_ids, target_logprobs
+from prm_gym.rewards.prm import DiscriminativePRM
+from prm_gym.rewards.progress import InfoGainJudge, MonteCarloProgressJudge
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.types import Turn
 
 TASK = Task("t1", "What is 6 times 7?", "42")
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
@@ -34,7 +34,7 @@ def _save_tiny_prm(path: Path, head: str) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForSequenceClassification, LlamaForTokenClassification
 
-    from agents.tiny import tiny_tokenizer
+    from prm_gym.core.models import tiny_tokenizer
 
     tok = tiny_tokenizer()
     tok.add_tokens(["<extra_0>"], special_tokens=True)
@@ -59,7 +59,7 @@ def test_implicit_turn_rewards_pure() -> None:
 
 
 def test_implicit_prm_matches_log_ratio(tiny_policy: Any) -> None:
-    from agents.hf import HFPolicy
+    from prm_gym.core.hf import HFPolicy
 
     ref = HFPolicy.from_id("hf:tiny", seed=1)
     judge = ImplicitPRM(policy=tiny_policy, ref=ref, beta=0.1)
@@ -131,7 +131,7 @@ def test_discriminative_prm_needs_a_local_dir(tmp_path: Path) -> None:
 def test_env_mixes_model_scorers_with_rules() -> None:
     import gymnasium as gym
 
-    import envs  # noqa: F401
+    import prm_gym.envs  # noqa: F401
 
     expr = "rule/math_equiv + 0.1*prm/implicit + 0.1*progress/info_gain"
     env = gym.make("prm/Math-v0", judge=expr)

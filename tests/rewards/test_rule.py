@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401
-from envs.errors import ConfigError
-from envs.parsing import parse_action
-from envs.tasks import Task
-from envs.tools import ToolResult
-from rewards.registry import available_judges, make_judge, register_judge
-from rewards.rule import math_equal, normalize_answer, token_f1
-from rewards.testing import FakeJudge, failing
-from rewards.types import Turn
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.core.tools import ToolResult
+from prm_gym.rewards.registry import available_judges, make_judge, register_judge
+from prm_gym.rewards.rule import math_equal, normalize_answer, token_f1
+from prm_gym.rewards.testing import FakeJudge, failing
+from prm_gym.rewards.types import Turn
 
 
 def turn(action: str, gold: object, results: tuple[ToolResult, ...] = ()) -> Turn:

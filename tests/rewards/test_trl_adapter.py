@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-import envs  # noqa: F401  (registers ids; also the import order rewards/ needs)
-from envs.errors import JudgeError
-from rewards.registry import register_judge
-from rewards.testing import FakeJudge
-from rewards.trl_adapter import build_turns, completion_turns, trl_reward_func, trl_rewards
-from rewards.types import Turn
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.core.errors import JudgeError
+from prm_gym.rewards.registry import register_judge
+from prm_gym.rewards.testing import FakeJudge
+from prm_gym.rewards.trl_adapter import build_turns, completion_turns, trl_reward_func, trl_rewards
+from prm_gym.rewards.types import Turn
 
 
 def _flaky(turn: Turn) -> float:
@@ -80,7 +80,7 @@ def test_real_grpo_trainer_step_uses_the_rewards_and_drops_failed_ones(tmp_path:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from agents.tiny import tiny_model, tiny_tokenizer
+    from prm_gym.core.models import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4"}] * 4)

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from envs.errors import ConfigError, SandboxError
-from sandbox.docker import docker_client
-from sandbox.process import UnsandboxedWarning
-from sandbox.protocol import make_sandbox
-from sandbox.types import Limits
+from prm_gym.core.errors import ConfigError, SandboxError
+from prm_gym.sandbox.docker import docker_client
+from prm_gym.sandbox.process import UnsandboxedWarning
+from prm_gym.sandbox.protocol import make_sandbox
+from prm_gym.sandbox.types import Limits
 
 
 def test_process_backend_only_by_name_and_warns_loudly(capfd):

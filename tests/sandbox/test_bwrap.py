@@ -5,11 +5,11 @@ import signal
 
 import pytest
 
-from envs.errors import ConfigError, SandboxError
-from sandbox.bwrap import INSTALL_HINT, BwrapSandbox
-from sandbox.pool import WarmPool
-from sandbox.protocol import make_sandbox
-from sandbox.types import Limits
+from prm_gym.core.errors import ConfigError, SandboxError
+from prm_gym.sandbox.bwrap import INSTALL_HINT, BwrapSandbox
+from prm_gym.sandbox.pool import WarmPool
+from prm_gym.sandbox.protocol import make_sandbox
+from prm_gym.sandbox.types import Limits
 
 
 @pytest.fixture(params=["bwrap", "bwrap-pool"])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from envs.errors import SandboxError
-from sandbox import ExecResult, Sandbox
-from sandbox.testing import FakeSandbox
+from prm_gym.core.errors import SandboxError
+from prm_gym.sandbox import ExecResult, Sandbox
+from prm_gym.sandbox.testing import FakeSandbox
 
 
 def test_fake_sandbox_scripts_results_and_failures() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.protocol import make_sandbox
-from sandbox.types import Limits
+from prm_gym.sandbox.protocol import make_sandbox
+from prm_gym.sandbox.types import Limits
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,13 @@ import math
 
 import torch
 
-from training.advantages import group_advantages, reward_to_go, spread_to_tokens, tree_advantages, turn_advantages
+from prm_gym.training.advantages import (
+    group_advantages,
+    reward_to_go,
+    spread_to_tokens,
+    tree_advantages,
+    turn_advantages,
+)
 
 
 def test_group_advantages_std_scaled_by_hand() -> None:

@@ -9,14 +9,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.policy import FakePolicy, SamplingParams
-from agents.rollout import rollout
-from training.asyncrl import AsyncCollector
-from training.batch import Grouping, build_batch
-from training.config import LossConfig, TreeConfig
-from training.tree import sample_trees
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import rollout
+from prm_gym.core.policy import FakePolicy, SamplingParams
+from prm_gym.training.asyncrl import AsyncCollector
+from prm_gym.training.batch import Grouping, build_batch
+from prm_gym.training.config import LossConfig, TreeConfig
+from prm_gym.training.tree import sample_trees
 
 KW: dict[str, Any] = {"levels": [1], "num_tasks": 10, "max_turns": 4}
 
@@ -171,7 +171,7 @@ def test_rollout_token_ids_unchanged_by_continue_refactor(tiny_tokenizer: Any) -
 
 
 def test_merged_tree_samples_keep_trees_and_tasks_apart() -> None:
-    from training.tree import TreeSample, merge_samples
+    from prm_gym.training.tree import TreeSample, merge_samples
 
     def one(n_trees: int, leaves_per_tree: int, tokens: int) -> TreeSample:
         trees = [t for t in range(n_trees) for _ in range(leaves_per_tree)]

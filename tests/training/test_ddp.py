@@ -2,7 +2,7 @@
 
 This file is also the script torchrun runs (``python test_ddp.py OUT`` under torchrun): each rank
 takes one DDP learner step per scenario on a fixed synthetic batch, then trains two steps with
-:func:`training.trainer.train` into ``OUT/run<rank>``. The test repeats the learner steps in its
+:func:`prm_gym.training.trainer.train` into ``OUT/run<rank>``. The test repeats the learner steps in its
 own process, without DDP, and compares gradients and updated parameters.
 """
 
@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from test_trainer import small  # the suite's small Math run (tests/training is on sys.path)
 
-from agents.hf import HFPolicy
-from agents.tiny import tiny_model, tiny_tokenizer
-from training.batch import Batch
-from training.config import LossConfig, TrainConfig
-from training.metrics import read_metrics
-from training.trainer import learner_step
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.models import tiny_model, tiny_tokenizer
+from prm_gym.training.batch import Batch
+from prm_gym.training.config import LossConfig, TrainConfig
+from prm_gym.training.metrics import read_metrics
+from prm_gym.training.trainer import learner_step
 
 SCENARIOS: dict[str, LossConfig] = {
     "token_mean": LossConfig(micro_batch_size=2),
@@ -56,7 +56,7 @@ def one_step(cfg: LossConfig, wrap: str = "") -> tuple[Any, dict[str, float]]:
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    from training import fsdp
+    from prm_gym.training import fsdp
 
     model = tiny_model(len(tiny_tokenizer()), seed=0, hidden=32, layers=2)
     ref = tiny_model(len(tiny_tokenizer()), seed=1, hidden=32, layers=2).eval() if cfg.kl_coef > 0 else None
@@ -81,8 +81,8 @@ def worker(out: Path) -> None:
     """What each torchrun rank runs."""
     import torch.distributed as dist
 
-    from training.distributed_loop import train_distributed
-    from training.trainer import train
+    from prm_gym.training.distributed_loop import train_distributed
+    from prm_gym.training.trainer import train
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

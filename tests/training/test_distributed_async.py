@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 
-from envs.errors import ConfigError
+from prm_gym.core.errors import ConfigError
+from prm_gym.training.config import AsyncConfig, TrainConfig
+from prm_gym.training.distributed_loop import LocalRollouts, train_distributed
+from prm_gym.training.metrics import read_metrics
 from tests.training.test_trainer import small
-from training.config import AsyncConfig, TrainConfig
-from training.distributed_loop import LocalRollouts, train_distributed
-from training.metrics import read_metrics
 
 
 @pytest.fixture
 def timeline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     """When each step's collect started and each learner step ended."""
-    import training.trainer
+    import prm_gym.training.trainer
 
     events: list[tuple[str, float]] = []
-    collect, learner_step = LocalRollouts.collect, training.trainer.learner_step
+    collect, learner_step = LocalRollouts.collect, prm_gym.training.trainer.learner_step
 
     def spy_collect(self: LocalRollouts, *args: Any, **kwargs: Any) -> Any:
         events.append(("collect", time.perf_counter()))
@@ -35,7 +35,7 @@ def timeline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
         return out
 
     monkeypatch.setattr(LocalRollouts, "collect", spy_collect)
-    monkeypatch.setattr(training.trainer, "learner_step", spy_learn)
+    monkeypatch.setattr(prm_gym.training.trainer, "learner_step", spy_learn)
     return events
 
 
@@ -77,7 +77,7 @@ def test_zero_staleness_keeps_the_async_loop_synchronous(tmp_path: Path, timelin
 def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import training.trainer
+    import prm_gym.training.trainer
 
     closed: list[bool] = []
     monkeypatch.setattr(LocalRollouts, "close", lambda self: closed.append(True))
@@ -85,7 +85,7 @@ def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
     def broken(*args: Any, **kwargs: Any) -> dict[str, float]:
         raise RuntimeError("learner out of memory")
 
-    monkeypatch.setattr(training.trainer, "learner_step", broken)
+    monkeypatch.setattr(prm_gym.training.trainer, "learner_step", broken)
     cfg = small(tmp_path, steps=3, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
     with pytest.raises(RuntimeError, match="out of memory"):
         train_distributed(cfg)
@@ -102,7 +102,7 @@ def test_config_rejects_what_the_remote_loop_cannot_run() -> None:
 
 def test_tree_grpo_through_the_remote_loop(tmp_path: Path) -> None:
     """Each task's trees are grown by a worker (here the in-process one) and merged for the learner."""
-    from training.config import TreeConfig
+    from prm_gym.training.config import TreeConfig
 
     tree = TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
     run = train_distributed(small(tmp_path, steps=2, tasks_per_step=2, algo="tree-grpo", tree=tree))
@@ -114,8 +114,8 @@ def test_tree_grpo_through_the_remote_loop(tmp_path: Path) -> None:
 
 
 def test_publish_without_waiting_lands_before_the_next_group() -> None:
-    from agents.policy import SamplingParams
-    from training.distributed import WorkerSpec
+    from prm_gym.core.policy import SamplingParams
+    from prm_gym.training.distributed import WorkerSpec
 
     pool = LocalRollouts(WorkerSpec("prm/Math-v0", env_kwargs={"levels": [1], "num_tasks": 4}))
     try:
@@ -150,7 +150,7 @@ def test_weights_published_while_older_ones_load_are_not_lost() -> None:
         def close(self) -> None:
             pass
 
-    from training.distributed import WorkerSpec
+    from prm_gym.training.distributed import WorkerSpec
 
     pool = LocalRollouts(WorkerSpec("prm/Math-v0", env_kwargs={"levels": [1], "num_tasks": 4}))
     pool.worker.close()

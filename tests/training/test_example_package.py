@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.cli import main
+from prm_gym.training.cli import main
 
 
 def test_train_agent_on_the_example_package(tmp_path: Path) -> None:

@@ -19,12 +19,12 @@ import pytest
 import torch
 from test_trainer import small as trainer_small  # the suite's small Math run (tests/training is on sys.path)
 
-from agents.hf import HFPolicy
-from agents.policy import SamplingParams
-from training.checkpoint import load_checkpoint
-from training.config import LossConfig, TrainConfig
-from training.metrics import read_metrics
-from training.trainer import train
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.checkpoint import load_checkpoint
+from prm_gym.training.config import LossConfig, TrainConfig
+from prm_gym.training.metrics import read_metrics
+from prm_gym.training.trainer import train
 
 pytestmark = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -90,8 +90,8 @@ def worker(out: Path, sharding: str) -> None:
     """What each torchrun rank runs: two steps on its GPU with ``sharding``."""
     import torch.distributed as dist
 
-    from training.ddp import setup_learner
-    from training.trainer import build_run
+    from prm_gym.training.ddp import setup_learner
+    from prm_gym.training.trainer import build_run
 
     cfg = small(out / "run", sharding=sharding)
     learner = setup_learner(build_run(cfg))  # what train() does first: join the group, place the model

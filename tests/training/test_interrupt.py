@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.checkpoint import CHECKPOINT, load_checkpoint
+from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
 
 
 def test_ctrl_c_exits_cleanly_and_keeps_the_checkpoint(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_ctrl_c_exits_cleanly_and_keeps_the_checkpoint(tmp_path: Path) -> None:
     argv = [
         sys.executable,
         "-m",
-        "training.cli",
+        "prm_gym.training.cli",
         "--env",
         "prm/Math-v0",
         "--policy",

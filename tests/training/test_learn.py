@@ -10,12 +10,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401
-from agents.chat import ChatTemplate
-from agents.policy import FakePolicy
-from training.config import TreeConfig
-from training.learn import ENV_KWARGS, demonstrations
-from training.tree import sample_trees, tree_nodes
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.policy import FakePolicy
+from prm_gym.training.config import TreeConfig
+from prm_gym.training.learn import ENV_KWARGS, demonstrations
+from prm_gym.training.tree import sample_trees, tree_nodes
 
 
 def test_compact_tools_prompt_is_short_and_names_the_tool(tiny_tokenizer: Any) -> None:
@@ -98,7 +98,7 @@ def test_tree_nodes_are_distinct_prefixes(tiny_tokenizer: Any) -> None:
 
 @pytest.mark.slow
 def test_learn_raises_held_out_reward(tmp_path: Path) -> None:
-    from training.learn import main
+    from prm_gym.training.learn import main
 
     result = main(["--output-dir", str(tmp_path)])  # exactly `make learn` (about 15-20 min on 2 cores)
     saved = json.loads((tmp_path / "learn.json").read_text())

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from training.losses import aggregate, kl_k3, policy_loss, token_logprobs, truncated_is_weights
+from prm_gym.training.losses import aggregate, kl_k3, policy_loss, token_logprobs, truncated_is_weights
 
 
 def test_loss_is_masked_and_clipped_by_hand() -> None:

@@ -11,13 +11,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import envs  # noqa: E402,F401
-from agents.chat import ChatTemplate  # noqa: E402
-from agents.hf import HFPolicy  # noqa: E402
-from agents.policy import SamplingParams  # noqa: E402
-from agents.rollout import rollout  # noqa: E402
-from training.cli import main  # noqa: E402
-from training.distributed import RayRollouts, WorkerSpec  # noqa: E402
+import prm_gym  # noqa: E402,F401  (registers the prm/ ids)
+from prm_gym.agents.chat import ChatTemplate  # noqa: E402
+from prm_gym.agents.rollout import rollout  # noqa: E402
+from prm_gym.core.hf import HFPolicy  # noqa: E402
+from prm_gym.core.policy import SamplingParams  # noqa: E402
+from prm_gym.training.cli import main  # noqa: E402
+from prm_gym.training.distributed import RayRollouts, WorkerSpec  # noqa: E402
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 # One xdist worker runs this module (make test passes --dist loadgroup): one Ray cluster, not one per worker.
@@ -32,7 +32,7 @@ def pool() -> Iterator[RayRollouts]:
 
 @pytest.mark.slow
 def test_workers_that_cannot_be_placed_fail_with_the_cpu_count(pool: RayRollouts) -> None:
-    from envs.errors import InfraError
+    from prm_gym.core.errors import InfraError
 
     with pytest.raises(InfraError, match=r"need 64 CPUs and the cluster had [\d.]+ free"):
         RayRollouts(WorkerSpec("prm/Math-v0"), num_workers=1, cpus_per_worker=64, start_timeout_s=3)

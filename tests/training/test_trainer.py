@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from envs.errors import ConfigError
-from training.checkpoint import load_checkpoint
-from training.cli import main, parse
-from training.config import AsyncConfig, EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
-from training.metrics import read_metrics
-from training.trainer import train
+from prm_gym.core.errors import ConfigError
+from prm_gym.training.checkpoint import load_checkpoint
+from prm_gym.training.cli import main, parse
+from prm_gym.training.config import AsyncConfig, EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
+from prm_gym.training.metrics import read_metrics
+from prm_gym.training.trainer import train
 
 ENV_KW = '{"levels": [1], "num_tasks": 20, "max_turns": 2}'
 
@@ -53,7 +53,7 @@ def test_config_errors_name_the_field() -> None:
 
 
 def test_device_resolution() -> None:
-    from training.ddp import resolve_device
+    from prm_gym.training.ddp import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     if torch.cuda.is_available():
@@ -96,7 +96,9 @@ def test_cli_parses_nested_flags() -> None:
 
 def test_help_is_fast_and_complete() -> None:
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "training.cli", "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "prm_gym.training.cli", "--help"], capture_output=True, text=True, check=True
+    )
     assert time.perf_counter() - start < 10
     for flag in (
         "--env",
@@ -117,7 +119,7 @@ def test_help_is_fast_and_complete() -> None:
     assert (
         "torch"
         not in subprocess.run(
-            [sys.executable, "-c", "import sys, training.config; print(' '.join(sys.modules))"],
+            [sys.executable, "-c", "import sys, prm_gym.training.config; print(' '.join(sys.modules))"],
             capture_output=True,
             text=True,
             check=True,

@@ -2,10 +2,10 @@
 
 Importing this package registers ``weather/Forecast-v0``: the agent looks up forecasts for
 fictional towns (so no model can know them), converts units, and answers a numeric question.
-Its outcome judge ``weather/close`` comes from this package's ``prm.judges`` entry point.
+Its outcome judge ``weather/close`` comes from this package's ``prm_gym.judges`` entry point.
 """
 
-from envs import register_tool_env
+from prm_gym.envs import register_tool_env
 from weather_agent.tasks import generate_tasks
 from weather_agent.tools import convert_temperature, get_forecast
 

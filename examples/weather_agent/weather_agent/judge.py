@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from rewards.protocol import TurnJudge
-from rewards.types import Turn, Verdict
+from prm_gym.rewards.protocol import TurnJudge
+from prm_gym.rewards.types import Turn, Verdict
 
 
 class CloseJudge(TurnJudge):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.tasks import Task
+from prm_gym.core.tasks import Task
 from weather_agent.tools import TOWNS, forecast_high_c
 
 

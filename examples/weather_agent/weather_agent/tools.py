@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from envs.errors import ToolError
+from prm_gym.core.errors import ToolError
 
 TOWNS = ("Brindlemoor", "Quellhaven", "Ostravale", "Marrowick", "Tessadine", "Vorlund", "Kelpford", "Ashcombe")
 

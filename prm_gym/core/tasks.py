@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.errors import TaskError
+from prm_gym.core.errors import TaskError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 * :class:`Policy` is the protocol the rollout loop and the trainer use.
 * :class:`FakePolicy` replays scripted responses (tests, demos of the env contract).
-* :class:`agents.hf.HFPolicy` samples from a transformers model on the CPU or a GPU.
+* :class:`prm_gym.core.hf.HFPolicy` samples from a transformers model on the CPU or a GPU.
 """
 
 from __future__ import annotations

