@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_gym.agents.rollout import Trajectory, TurnRecord
+from prm_gym.core.errors import ConfigError
 
 FORMATS = ("jsonl", "parquet")
 
@@ -133,7 +134,7 @@ def export_trajectories(
     out = Path(path)
     fmt = out.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
-        raise ValueError(f"cannot export to {out.name!r}: name the file *.jsonl or *.parquet.")
+        raise ConfigError(f"cannot export to {out.name!r}: name the file *.jsonl or *.parquet.")
     kept = [t for t in trajs if keep is None or keep(t)]
     names = list(dict.fromkeys(k for t in kept for turn in t.turns for k in turn.terms))
     rows = [trajectory_record(t, env_id=env_id, include_tokens=include_tokens, term_names=names) for t in kept]

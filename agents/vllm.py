@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from prm_gym.core.errors import InfraError
+from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.policy import Generation, SamplingParams
 
 
@@ -70,7 +70,7 @@ class VLLMPolicy:
     ):
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
-            raise ValueError("VLLMPolicy needs at least one base URL such as http://127.0.0.1:8000/v1.")
+            raise ConfigError("VLLMPolicy needs at least one base URL such as http://127.0.0.1:8000/v1.")
         self.base_urls = [u.rstrip("/") for u in urls]
         self.tokenizer = tokenizer
         self.model = model
@@ -88,6 +88,10 @@ class VLLMPolicy:
         self._cond = threading.Condition()
         self._readers = 0
         self._updating = False
+
+    def reseed(self, seed: int) -> None:
+        """Make the next requests' seeds a function of ``seed`` (per-request seeds count from it)."""
+        self.seed, self.requests = seed % 2**31, 0
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, prompt: Sequence[int]) -> int:

@@ -95,6 +95,10 @@ class VLLMEnginePolicy:
         self.requests = 0
         self._lock = threading.Lock()
 
+    def reseed(self, seed: int) -> None:
+        """Make the next requests' seeds a function of ``seed`` (per-request seeds count from it)."""
+        self.seed, self.requests = seed % 2**31, 0
+
     @classmethod
     def from_id(cls, policy_id: str, seed: int = 0, **overrides: Any) -> VLLMEnginePolicy:
         """Start an engine for ``vllm-engine:<dir>`` (keyword arguments go to ``vllm.LLM``)."""

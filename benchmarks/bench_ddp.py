@@ -29,7 +29,7 @@ from result_line import emit, median, spread
 from prm_gym.core.models import tiny_model
 from prm_gym.training.batch import Batch
 from prm_gym.training.config import LossConfig
-from prm_gym.training.trainer import learner_step
+from prm_gym.training.update import learner_step
 
 
 def make_batch(rows: int, length: int, vocab: int = 259) -> Batch:

@@ -27,7 +27,7 @@ from result_line import emit, skipped, spread
 
 from prm_gym.training.batch import Batch
 from prm_gym.training.config import LossConfig
-from prm_gym.training.trainer import learner_step
+from prm_gym.training.update import learner_step
 
 ROWS, LENGTH, MICRO = 8, 512, 4
 WARMUP, REPS = 2, 5

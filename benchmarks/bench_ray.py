@@ -5,7 +5,7 @@ Every backend plays the same GRPO groups (prm/Math-v0, hf:tiny, greedy, fixed se
 warm-up round; we report episodes/s (median and spread over repetitions), the ratio against
 in-process, and the per-episode overhead Ray adds (1 worker versus in-process).
 
-Then ``train_distributed`` (what ``train-agent --backend ray`` runs) trains the same run twice
+Then ``train`` (what ``train-agent --backend ray`` runs) trains the same run twice
 on one worker, with and without ``--asynchronous.enabled``: seconds per step (the wait for the
 step's groups plus the learner step, from metrics.jsonl; the median over the steps after the
 first, which both modes play synchronously). The learner uses ``--threads`` torch threads (1), so
@@ -28,8 +28,9 @@ import gymnasium as gym
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.policy import SamplingParams
-from prm_gym.training.distributed import RayRollouts, WorkerSpec
-from prm_gym.training.distributed_loop import LocalRollouts
+from prm_gym.training.distributed import RayRollouts
+from prm_gym.training.sources import LocalRollouts
+from prm_gym.training.worker import WorkerSpec
 
 SAMPLING = SamplingParams(max_new_tokens=16, temperature=0.0)
 
@@ -95,8 +96,8 @@ def main() -> None:
 def seconds_per_step(asynchronous: bool, steps: int, out: Path) -> list[float]:
     """Per-step seconds (groups waited for + learner step) of a ``--backend ray`` run on one worker."""
     from prm_gym.training.config import AsyncConfig, SamplingConfig, TrainConfig
-    from prm_gym.training.distributed_loop import train_distributed
     from prm_gym.training.metrics import read_metrics
+    from prm_gym.training.trainer import train
 
     cfg = TrainConfig(
         backend="ray",
@@ -111,7 +112,7 @@ def seconds_per_step(asynchronous: bool, steps: int, out: Path) -> list[float]:
         sampling=SamplingConfig(max_new_tokens=16),
         asynchronous=AsyncConfig(enabled=asynchronous, max_staleness=1),
     )
-    train_distributed(cfg)
+    train(cfg)
     rows = [r for r in read_metrics(out) if "learn_s" in r][1:]  # step 1 is synchronous in both modes
     return [r["rollout_s"] + r["learn_s"] for r in rows]
 

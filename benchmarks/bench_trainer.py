@@ -25,7 +25,7 @@ from prm_gym.core.models import tiny_model, tiny_tokenizer
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.batch import Grouping, build_batch
 from prm_gym.training.config import LossConfig
-from prm_gym.training.trainer import learner_step
+from prm_gym.training.update import learner_step
 
 PROMPTS, GENERATIONS, COMPLETION = 4, 8, 64
 WARMUP, STEPS = 2, 6

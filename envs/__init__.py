@@ -16,7 +16,6 @@ from prm_gym.core.errors import (
     SandboxError,
     TaskError,
     ToolError,
-    ToolParseError,
 )
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task, TaskSet
@@ -37,7 +36,6 @@ __all__ = [
     "Tool",
     "ToolEnv",
     "ToolError",
-    "ToolParseError",
     "ToolResult",
     "UnicodeText",
     "register_tool_env",

@@ -193,7 +193,7 @@ def check_finite(values: Sequence[float], what: str = "reward") -> list[float]:
 def clip(values: Sequence[float], low: float, high: float) -> list[float]:
     """Each value clipped to ``[low, high]`` (non-finite values raise ValueError)."""
     if low > high:
-        raise ValueError(f"clip bounds are reversed: low={low} > high={high}.")
+        raise ConfigError(f"clip bounds are reversed: low={low} > high={high}.")
     return [min(high, max(low, v)) for v in check_finite(values)]
 
 
@@ -236,7 +236,7 @@ def normalize(values: Sequence[float], method: str = "zscore", eps: float = 1e-6
         mean = sum(xs) / len(xs)
         std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
         return [0.0 if std < eps else (x - mean) / std for x in xs]
-    raise ValueError(f"unknown normalisation {method!r}; use 'zscore', 'minmax' or 'none'.")
+    raise ConfigError(f"unknown normalisation {method!r}; use 'zscore', 'minmax' or 'none'.")
 
 
 def combine_group(

@@ -15,6 +15,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from prm_gym.core.errors import ConfigError
+
 #: Openers that carry no content on their own, in several languages (lower-cased, no punctuation).
 REASONING_OPENERS: tuple[str, ...] = (
     "let's solve this step by step",
@@ -75,7 +77,7 @@ class GuardConfig:
 
     def __post_init__(self) -> None:
         if self.min_content_chars < 0 or self.max_chars < 1:
-            raise ValueError("GuardConfig: min_content_chars must be >= 0 and max_chars >= 1.")
+            raise ConfigError("GuardConfig: min_content_chars must be >= 0 and max_chars >= 1.")
 
 
 def _content(text: str) -> str:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,9 +30,20 @@ print("ok", TrainConfig().env)
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    """The wheel, built from a copy of the tracked files (a build writes build/ and *.egg-info into
+    its source tree; a copy keeps concurrent builds and the checkout apart)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        origin, copy = ROOT / name, src / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_symlink():
+            copy.symlink_to(os.readlink(origin))
+        elif origin.is_file():
+            shutil.copy2(origin, copy)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return next(out.glob("prm_gym-*.whl"))
 
 
@@ -63,8 +76,9 @@ def test_fresh_venv_beside_users_own_envs_and_training(wheel: Path, tmp_path: Pa
     for pkg in ("envs", "training"):
         (work / pkg).mkdir(parents=True)
         (work / pkg / "__init__.py").write_text("MINE = True\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what the venv itself finds
     proc = subprocess.run(
-        [py, "-c", f"PREFIX = {str(site)!r}\n{CHECK}"], cwd=work, capture_output=True, text=True, timeout=120
+        [py, "-c", f"PREFIX = {str(site)!r}\n{CHECK}"], cwd=work, env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ok prm/Math-v0"

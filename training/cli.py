@@ -61,10 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))
             return 0
-        if cfg.backend == "ray" or cfg.policy.startswith(("vllm:", "vllm-engine:")):
-            from prm_gym.training.distributed_loop import train_distributed as train
-        else:
-            from prm_gym.training.trainer import train
+        from prm_gym.training.trainer import train
 
         run = train(cfg)
         print(f"trained {run.step} steps; outputs in {cfg.output_dir}")

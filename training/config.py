@@ -111,7 +111,7 @@ class LossConfig:
 
 @dataclass(frozen=True)
 class RecipeConfig:
-    """Rollout-side recipes from the agentic-RL literature (all off by default; GRPO, sync only)."""
+    """Rollout-side recipes from the agentic-RL literature (all off by default; every backend)."""
 
     dynamic_sampling: Literal["off", "drop", "resample"] = "off"
     """DAPO dynamic sampling (Yu et al. 2025): drop groups whose trajectories all earned the same
@@ -150,11 +150,6 @@ class RecipeConfig:
         _check(0 < self.curriculum_promote <= 1, "recipes.curriculum_promote", self.curriculum_promote, "use (0, 1]")
         _check(0 <= self.curriculum_target <= 1, "recipes.curriculum_target", self.curriculum_target, "use [0, 1]")
 
-    @property
-    def sampling_active(self) -> bool:
-        """True when a recipe changes which trajectories a step collects."""
-        return self.dynamic_sampling != "off" or self.roc_oversample > 1 or self.difficulty_filter or self.curriculum
-
 
 @dataclass(frozen=True)
 class TreeConfig:
@@ -179,20 +174,18 @@ class TreeConfig:
 
 @dataclass(frozen=True)
 class AsyncConfig:
-    """Asynchronous rollouts: producers generate while the learner trains."""
+    """Asynchronous rollouts: the next steps' episodes are played while the learner trains."""
 
     enabled: bool = False
-    """Generate while the learner trains: producer threads in-process; the next step's groups on Ray."""
+    """Play up to max_staleness steps ahead of the learner (any backend; workers take new weights
+    between groups)."""
     max_staleness: int = 1
     """Most policy versions a trajectory may lag the learner (0: behaves synchronously)."""
-    producers: int = 2
-    """Producer threads; each plays one group at a time with its own copy of the weights."""
     stale: Literal["drop", "correct"] = "drop"
     """Trajectories older than max_staleness: drop them, or keep them with the IS correction."""
 
     def __post_init__(self) -> None:
         _check(self.max_staleness >= 0, "async.max_staleness", self.max_staleness, "use >= 0")
-        _check(self.producers >= 1, "async.producers", self.producers, "use >= 1")
 
 
 @dataclass(frozen=True)
@@ -243,8 +236,9 @@ class TrainConfig:
     moments over the ranks (FSDP; see docs/scale-out.md). Ignored in one process."""
     backend: Literal["local", "ray"] = "local"
     """Where rollouts run: in this process, or on Ray rollout workers (see docs/scale-out.md)."""
-    num_workers: int = 2
-    """Ray rollout workers (actors), each with its own envs, judges, sandboxes and policy copy."""
+    num_workers: int = 1
+    """Rollout workers, each with its own envs, judges and sandboxes: threads in this process
+    (--backend local; groups waiting on tools overlap), or Ray actors with their own policy copy."""
     ray_address: str = ""
     """An existing Ray cluster to join (e.g. auto or ray://head:10001); empty: start a local one."""
     judge: str = ""
@@ -279,6 +273,9 @@ class TrainConfig:
     """Also log to TensorBoard when it is installed."""
     progress: bool = True
     """Show a live progress bar with reward, staleness and tokens/s."""
+    max_excluded_fraction: float = 0.5
+    """Stop the run with an error when more than this fraction of its turns were excluded as
+    infra_error (a judge, sandbox or retriever failing), instead of training on what is left."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     recipes: RecipeConfig = field(default_factory=RecipeConfig)
@@ -314,35 +311,16 @@ class TrainConfig:
         _check(self.lr > 0, "lr", self.lr, "use a positive learning rate such as 1e-5")
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0")
         _check(
-            not (self.algo == "tree-grpo" and self.asynchronous.enabled),
-            "algo",
-            self.algo,
-            "tree-grpo runs synchronously; drop --asynchronous.enabled or use --algo grpo",
+            0 <= self.max_excluded_fraction <= 1,
+            "max_excluded_fraction",
+            self.max_excluded_fraction,
+            "use a fraction in [0, 1]",
         )
         _check(
-            not (self.algo == "tree-grpo" and self.policy.startswith(("vllm:", "vllm-engine:"))),
-            "algo",
-            self.algo,
-            "tree-grpo samples from hf: policies (in-process or on --backend ray); use --algo grpo with vLLM",
-        )
-        _check(
-            not (self.asynchronous.enabled and self.policy.startswith(("vllm:", "vllm-engine:"))),
-            "asynchronous.enabled",
-            True,
-            "a vLLM sampler reloads its weights between steps: train it synchronously "
-            "(async runs hf: policies, in-process or with --backend ray)",
-        )
-        _check(
-            not self.recipes.sampling_active or (self.algo == "grpo" and not self.asynchronous.enabled),
-            "recipes",
-            self.recipes,
-            "dynamic sampling, RoC, difficulty filter and curriculum run with synchronous --algo grpo only",
-        )
-        _check(
-            not self.recipes.sampling_active or (self.backend == "local" and self.policy.startswith("hf:")),
-            "recipes",
-            self.recipes,
-            "the rollout recipes run with --backend local and an hf: policy only",
+            not (self.algo == "tree-grpo" and self.recipes.roc_oversample > 1),
+            "recipes.roc_oversample",
+            self.recipes.roc_oversample,
+            "Resample-on-Correct down-samples a flat oversampled group; use it with --algo grpo",
         )
 
     @property

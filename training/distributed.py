@@ -13,167 +13,16 @@ whose policy server failed, is dropped and counted, and the run goes on.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from prm_gym.agents.rollout import Trajectory
+import ray
+
+from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TreeConfig
-from prm_gym.training.tree import TreeSample
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What every rollout worker builds.
-
-    Attributes:
-        env_id: the registered env id.
-        env_kwargs: keyword arguments for ``gym.make``.
-        policy: ``hf:<id>`` or ``vllm-engine:<dir>`` (weights published by the learner), or
-            ``vllm:<url>[,<url>...]``.
-        tokenizer: for a ``vllm:`` policy, the ``hf:`` id whose tokenizer the server speaks.
-        served_model: for a ``vllm:`` policy, the served model name.
-        imports: modules to import first (third-party envs and judges).
-        seed: base seed of the workers' samplers.
-        tools_prompt: the chat template's tool block (``full`` or ``compact``).
-    """
-
-    env_id: str
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    policy: str = "hf:tiny"
-    tokenizer: str = "hf:tiny"
-    served_model: str = "policy"
-    imports: tuple[str, ...] = ()
-    seed: int = 0
-    tools_prompt: str = "full"
-
-
-def build_policy(spec: WorkerSpec, seed: int) -> Any:
-    """The policy a worker samples from."""
-    from prm_gym.core.hf import HFPolicy
-    from prm_gym.core.models import load_hf
-
-    if spec.policy.startswith("vllm-engine:"):
-        from prm_gym.agents.vllm_engine import VLLMEnginePolicy
-
-        return VLLMEnginePolicy.from_id(spec.policy, seed=seed)
-    if spec.policy.startswith("vllm:"):
-        from prm_gym.agents.vllm import VLLMPolicy
-
-        _, tok = load_hf(spec.tokenizer, seed)
-        return VLLMPolicy(spec.policy[5:].split(","), tok, model=spec.served_model, seed=seed)
-    return HFPolicy.from_id(spec.policy, seed=seed)
-
-
-def _portable(trajs: list[Trajectory]) -> list[Trajectory]:
-    """``trajs`` with only plain values left in their turns' infos (sent to another process)."""
-    for t in trajs:
-        for turn in t.turns:
-            turn.info = {k: v for k, v in turn.info.items() if isinstance(v, (int, float, str, bool, dict))}
-    return trajs
-
-
-class RolloutWorker:
-    """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
-
-    def __init__(self, spec: WorkerSpec, index: int):
-        import prm_gym  # noqa: F401  (registers prm/ ids)
-
-        for module in spec.imports:
-            importlib.import_module(module)
-        from prm_gym.agents.chat import ChatTemplate
-
-        self.spec = spec
-        self.index = index
-        self.policy = build_policy(spec, seed=spec.seed * 1000 + index + 1)
-        self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt)
-        self.envs: list[Any] = []
-
-    def ping(self) -> int:
-        import os
-
-        return os.getpid()
-
-    def set_weights(self, state: Any, version: int) -> int:
-        """Load published weights (``None`` for a vLLM server policy: only the version moves)."""
-        if state is not None and hasattr(self.policy, "load_weights"):  # an in-process vLLM engine
-            self.policy.load_weights(state, version)
-        elif state is not None and hasattr(self.policy, "model"):
-            self.policy.model.load_state_dict(state)
-        self.policy.version = version
-        return version
-
-    def play(
-        self,
-        task_id: str,
-        seeds: Sequence[int],
-        sampling: SamplingParams,
-        max_context_tokens: int,
-        tree: TreeConfig | None = None,
-    ) -> list[Trajectory] | TreeSample:
-        """One group: ``len(seeds)`` episodes of ``task_id``; with ``tree``, that task's Tree-GRPO
-        trees instead (reset seed ``seeds[0]``, branch points drawn from a generator seeded by
-        ``seeds``), as a :class:`prm_gym.training.tree.TreeSample`."""
-        import gymnasium as gym
-
-        from prm_gym.agents.rollout import rollout
-
-        if tree is not None:
-            return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
-        while len(self.envs) < len(seeds):
-            self.envs.append(gym.make(self.spec.env_id, **self.spec.env_kwargs))
-        trajs = rollout(
-            self.envs[: len(seeds)],
-            self.policy,
-            self.chat,
-            seeds=list(seeds),
-            task_ids=[task_id] * len(seeds),
-            sampling=sampling,
-            max_context_tokens=max_context_tokens,
-        )
-        return _portable(trajs)
-
-    def _play_tree(
-        self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig
-    ) -> TreeSample:
-        import gymnasium as gym
-        import numpy as np
-
-        from prm_gym.training.tree import sample_trees
-
-        sample = sample_trees(
-            lambda: gym.make(self.spec.env_id, **self.spec.env_kwargs),
-            self.policy,
-            self.chat,
-            [task_id],
-            [seeds[0]],
-            tree,
-            np.random.default_rng(list(seeds)),
-            sampling=sampling,
-            max_context_tokens=max_context_tokens,
-        )
-        _portable(sample.leaves)
-        return sample
-
-    def close(self) -> None:
-        for e in self.envs:
-            e.close()
-        self.envs.clear()
-
-
-@dataclass
-class CollectStats:
-    """What one :meth:`RayRollouts.collect` call survived."""
-
-    worker_deaths: int = 0
-    retried_groups: int = 0
-    dropped_groups: int = 0
-
-    def as_metrics(self) -> dict[str, float]:
-        return {f"ray/{k}": float(v) for k, v in self.__dict__.items()}
+from prm_gym.training.worker import CollectStats, RolloutWorker, WorkerSpec
 
 
 class RayRollouts:
@@ -199,10 +48,8 @@ class RayRollouts:
         cpus_per_worker: float = 1,
         start_timeout_s: float = 300.0,
     ):
-        import ray
-
         if num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1, got {num_workers}.")
+            raise ConfigError(f"num_workers must be >= 1, got {num_workers}.")
         self.spec, self.max_retries, self.cpus = spec, max_retries, cpus_per_worker
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
@@ -219,8 +66,6 @@ class RayRollouts:
             ray.get([a.ping.remote() for a in self.actors], timeout=start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             self.close()
-            from prm_gym.core.errors import InfraError
-
             raise InfraError(
                 f"{num_workers} Ray workers did not start within {start_timeout_s:g}s: they need "
                 f"{num_workers * cpus_per_worker:g} CPUs and the cluster had {free:g} free; "
@@ -247,8 +92,6 @@ class RayRollouts:
         With ``wait=False`` the learner goes on meanwhile (a worker that died is replaced, with
         the newest weights, by the ``collect`` that finds it dead).
         """
-        import ray
-
         with self._lock:
             self._state_ref = ray.put(state) if state is not None else None
             self.version = version
@@ -271,8 +114,6 @@ class RayRollouts:
     ) -> tuple[list[Any], CollectStats]:
         """Play every ``(task_id, seeds)`` group (with ``tree``: every task's trees, see
         :meth:`RolloutWorker.play`); returns the groups that finished, in order."""
-        import ray
-
         stats = CollectStats()
         pending = list(range(len(groups)))[::-1]
         tries = [0] * len(groups)
@@ -299,8 +140,6 @@ class RayRollouts:
                 self._replace(w, actor)
                 self._retry(g, tries, pending, stats)
             except ray.exceptions.RayTaskError as exc:
-                from prm_gym.core.errors import InfraError
-
                 if not isinstance(exc.as_instanceof_cause(), InfraError):
                     raise
                 self._retry(g, tries, pending, stats)
@@ -322,14 +161,10 @@ class RayRollouts:
 
     def kill_worker(self, index: int) -> None:
         """Kill one actor (tests and chaos drills); the next collect replaces it."""
-        import ray
-
         ray.kill(self.actors[index], no_restart=True)
 
     def close(self) -> None:
         """Stop the actors (and the local Ray cluster this pool started); idempotent."""
-        import ray
-
         if not ray.is_initialized():
             return
         for a in self.actors:

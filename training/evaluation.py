@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
@@ -13,6 +12,7 @@ from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
+from prm_gym.training.run import env_factory, task_ids_of
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -27,10 +27,10 @@ def evaluate(policy: HFPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int 
 
     Uses its own sampler RNG (seeded from ``cfg.seed``), so evaluating never changes the
     training run's random stream. Returns ``reward``, ``reward_se`` (standard error over
-    tasks), ``success``, ``pass@1`` and ``pass@<n>``.
+    tasks), ``success``, ``pass@1`` and ``pass@<n>`` over the episodes that were scored;
+    episodes that ended in ``infra_error`` are left out of every denominator and counted in
+    ``infra_error_episodes``.
     """
-    from prm_gym.training.trainer import env_factory, task_ids_of
-
     e = cfg.eval
     make_env = env_factory(cfg.env, cfg.eval_env_kwargs)
     probe = make_env()
@@ -41,6 +41,7 @@ def evaluate(policy: HFPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int 
     jobs = [(tid, j) for tid in ids for j in range(e.samples)]
     rewards: dict[str, list[float]] = {tid: [] for tid in ids}
     wins: dict[str, int] = dict.fromkeys(ids, 0)
+    infra = 0
     envs = [make_env() for _ in range(min(chunk, len(jobs)))]
     try:
         for lo in range(0, len(jobs), chunk):
@@ -55,19 +56,29 @@ def evaluate(policy: HFPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int 
                 max_context_tokens=cfg.sampling.max_context_tokens,
             )
             for (tid, _), traj in zip(part, trajs, strict=True):
+                if traj.infra_error:  # not the agent's: out of every denominator, and counted
+                    infra += 1
+                    continue
                 rewards[tid].append(traj.total_reward)
                 outcome, _ = outcome_and_process(traj, cfg.loss.outcome_terms)
                 wins[tid] += int(outcome >= e.success_threshold)
     finally:
         for env in envs:
             env.close()
-    per_task = np.array([np.mean(rewards[t]) for t in ids])
-    n = e.samples
-    out: dict[str, Any] = {
-        "reward": float(per_task.mean()),
-        "reward_se": float(per_task.std(ddof=1) / math.sqrt(len(ids))) if len(ids) > 1 else 0.0,
-        "success": float(np.mean([wins[t] / n for t in ids])),
-        "pass@1": float(np.mean([pass_at_k(n, wins[t], 1) for t in ids])),
-        f"pass@{n}": float(np.mean([pass_at_k(n, wins[t], n) for t in ids])),
-    }
+    return summarise(rewards, wins, e.samples, infra)
+
+
+def summarise(rewards: dict[str, list[float]], wins: dict[str, int], k: int, infra: int) -> dict[str, float]:
+    """Reward (mean over tasks, with its standard error), success, pass@1 and pass@k over the
+    episodes that were scored; ``infra_error_episodes`` counts the ones left out."""
+    scored = [t for t in rewards if rewards[t]]
+    out: dict[str, float] = {"infra_error_episodes": float(infra), "tasks_scored": float(len(scored))}
+    if not scored:
+        return out
+    per_task = np.array([np.mean(rewards[t]) for t in scored])
+    out["reward"] = float(per_task.mean())
+    out["reward_se"] = float(per_task.std(ddof=1) / math.sqrt(len(scored))) if len(scored) > 1 else 0.0
+    out["success"] = float(np.mean([wins[t] / len(rewards[t]) for t in scored]))
+    out["pass@1"] = float(np.mean([pass_at_k(len(rewards[t]), wins[t], 1) for t in scored]))
+    out[f"pass@{k}"] = float(np.mean([pass_at_k(len(rewards[t]), wins[t], min(k, len(rewards[t]))) for t in scored]))
     return out

@@ -5,11 +5,54 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.core.errors import InfraError
+
 METRICS = "metrics.jsonl"
+
+
+def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Mean episode reward, mean of each reward term per episode, mean turns."""
+    n = len(trajs)
+    out = {"reward": sum(t.total_reward for t in trajs) / n}
+    for term in sorted({k for t in trajs for turn in t.turns for k in turn.terms}):
+        out[f"reward/{term}"] = sum(x.terms.get(term, 0.0) for t in trajs for x in t.turns) / n
+    out["turns"] = sum(len(t.turns) for t in trajs) / n
+    return out
+
+
+class ExclusionBudget:
+    """Stops a run whose turns are mostly excluded (``infra_error``): a broken judge server, sandbox
+    or retriever must not look like a run that trained.
+
+    Args:
+        max_fraction: the largest fraction of turns that may be excluded over the run so far.
+        min_turns: turns seen before the fraction is checked (one bad first step is not a verdict).
+    """
+
+    def __init__(self, max_fraction: float, min_turns: int = 16):
+        self.max_fraction, self.min_turns = max_fraction, min_turns
+        self.turns = self.excluded = 0
+
+    def add(self, trajs: Sequence[Trajectory], values: dict[str, float]) -> None:
+        """Count this step's turns; adds ``excluded_turns_frac`` (the run's so far) to ``values``."""
+        self.turns += sum(len(t.turns) for t in trajs)
+        self.excluded += sum(turn.status == "infra_error" for t in trajs for turn in t.turns)
+        values["excluded_turns_frac"] = self.excluded / max(self.turns, 1)
+
+    def check(self, step: int) -> None:
+        """Raise :class:`InfraError` when more than ``max_fraction`` of the turns were excluded."""
+        if self.turns >= self.min_turns and self.excluded > self.max_fraction * self.turns:
+            raise InfraError(
+                f"{self.excluded} of {self.turns} turns ({self.excluded / self.turns:.0%}) by step {step} were "
+                "excluded as infra_error (a judge, sandbox or retriever failed; see info['judge'] and the logs): "
+                f"the run stops instead of training on the rest. Fix the service, or raise "
+                f"--max-excluded-fraction (now {self.max_fraction:g})."
+            )
 
 
 class MetricsLog:

@@ -1,7 +1,8 @@
-"""Group-level rollout recipes: dynamic sampling (DAPO) and Resample-on-Correct (GRPO-RoC).
+"""Group-level rollout recipe: Resample-on-Correct (GRPO-RoC), and the error count it ranks by.
 
-Pure functions over lists of :class:`prm_gym.agents.rollout.Trajectory`; the trainer's
-:func:`prm_gym.training.trainer.collect_sync` calls them when ``--recipes.*`` turns them on.
+Pure functions over lists of :class:`prm_gym.agents.rollout.Trajectory`; :mod:`prm_gym.training.collect`
+applies them (and dynamic sampling, :func:`prm_gym.training.collect.is_degenerate`) when
+``--recipes.*`` turns them on.
 """
 
 from __future__ import annotations
@@ -12,18 +13,6 @@ import numpy as np
 
 from prm_gym.agents.rollout import Trajectory
 from prm_gym.training.batch import outcome_and_process
-
-
-def is_degenerate(group: Sequence[Trajectory], ndigits: int = 9) -> bool:
-    """True when every valid trajectory of ``group`` earned the same per-turn rewards.
-
-    Such a group has zero advantage everywhere (outcome and process), so it adds only noise and
-    compute (DAPO's dynamic sampling, Yu et al. 2025, section 3.2). A group with fewer than two
-    valid trajectories is degenerate too (it has no baseline).
-    """
-    keys = {tuple(round(t.reward, ndigits) for t in traj.turns) for traj in group if not traj.infra_error}
-    valid = sum(not traj.infra_error for traj in group)
-    return valid < 2 or len(keys) <= 1
 
 
 def split_groups(trajs: Sequence[Trajectory], group_size: int) -> list[list[Trajectory]]:

@@ -19,10 +19,6 @@ class TaskError(PRMError, ValueError):
     """A task file or task record is malformed; the message names the file and line."""
 
 
-class ToolParseError(PRMError, ValueError):
-    """An action could not be parsed into tool calls or an answer."""
-
-
 class ToolError(PRMError):
     """A tool rejected its arguments or failed because of the agent's input.
 

@@ -33,6 +33,10 @@ class HFPolicy:
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(seed)
 
+    def reseed(self, seed: int) -> None:
+        """Restart the sampler's RNG from ``seed``."""
+        self.generator.manual_seed(seed)
+
     @classmethod
     def from_id(cls, policy_id: str, seed: int = 0) -> HFPolicy:
         model, tok = load_hf(policy_id, seed)

@@ -126,6 +126,7 @@ def test_train_agent_with_a_vllm_policy_reloads_weights_every_step(tok: Any, tmp
         out = tmp_path / "run"
         argv = ["--policy", f"vllm:{server.base_url}", "--vllm-weights", f"hf:{weights}", "--steps", "2"]
         argv += ["--group-size", "2", "--tasks-per-step", "1", "--output-dir", str(out), "--no-tensorboard"]
+        argv += ["--eval.num-tasks", "1", "--eval.samples", "1"]
         assert main([*argv, "--no-progress", "--sampling.max-new-tokens", "24"]) == 0
     assert server.reloads == 2  # one full-weight reload after each learner step
     assert all(r["model"] == str(weights) and r["return_tokens_as_token_ids"] for r in server.requests)
@@ -148,4 +149,27 @@ def test_config_names_the_missing_served_weights() -> None:
     with pytest.raises(ConfigError, match="num_workers"):
         TrainConfig(backend="ray", num_workers=0)
     cfg = parse(["--policy", "vllm:http://a/v1,http://b/v1", "--vllm-weights", "hf:/ckpt", "--backend", "ray"])
-    assert cfg.backend == "ray" and cfg.num_workers == 2 and cfg.vllm_weights == "hf:/ckpt"
+    assert cfg.backend == "ray" and cfg.num_workers == 1 and cfg.vllm_weights == "hf:/ckpt"
+
+
+@pytest.mark.asyncio
+async def test_agenerate_runs_inside_a_running_event_loop(tok: Any) -> None:
+    """The async path is awaited from a running loop (as an async trainer would), requests in flight together."""
+    import asyncio
+
+    with FakeVLLMServer(reply=lambda p, r: [70, 71, 2], model="base", delay_s=0.2) as server:
+        policy = VLLMPolicy(server.base_url, tok, model="base", seed=1)
+        ticks = 0
+
+        async def heartbeat() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.02)
+                ticks += 1
+
+        beat = asyncio.create_task(heartbeat())
+        gens = await policy.agenerate([[10, 11], [12], [13]], SamplingParams(max_new_tokens=4))
+        beat.cancel()
+    assert [g.token_ids for g in gens] == [[70, 71, 2]] * 3
+    assert ticks >= 3  # the loop kept running while the requests were awaited
+    assert len(server.requests) == 3

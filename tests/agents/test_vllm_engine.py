@@ -82,7 +82,7 @@ def test_engine_args_layering() -> None:
 
 
 def test_rollout_worker_pushes_published_weights_into_the_engine(tok: Any) -> None:
-    from prm_gym.training.distributed import RolloutWorker, WorkerSpec
+    from prm_gym.training.worker import RolloutWorker, WorkerSpec
 
     worker = RolloutWorker(WorkerSpec(env_id="prm/Math-v0"), 0)
     llm = FakeLLM(reply=lambda p, sp: tok.encode("<answer>4</answer>", add_special_tokens=False))
@@ -98,7 +98,7 @@ def test_rollout_worker_pushes_published_weights_into_the_engine(tok: Any) -> No
 
 def test_config_accepts_the_engine_id_and_refuses_it_with_ray() -> None:
     from prm_gym.training.config import TrainConfig
-    from prm_gym.training.distributed_loop import learner_policy
+    from prm_gym.training.sources import learner_policy
 
     cfg = TrainConfig(policy="vllm-engine:/ckpt/policy")
     assert learner_policy(cfg) == "hf:/ckpt/policy"

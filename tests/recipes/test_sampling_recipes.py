@@ -8,9 +8,11 @@ import pytest
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
 from prm_gym.envs.math_tasks import generate_math_tasks
-from prm_gym.training.config import RecipeConfig, TrainConfig
+from prm_gym.rewards.combine import CombineConfig
+from prm_gym.training.collect import is_degenerate
+from prm_gym.training.config import LossConfig, RecipeConfig, TrainConfig
 from prm_gym.training.curriculum import DifficultyTracker, bucket_of
-from prm_gym.training.recipes import error_count, is_degenerate, resample_on_correct
+from prm_gym.training.recipes import error_count, resample_on_correct
 
 
 def traj(outcome: float, errors: int = 0, status: str = "ok", name: str = "t") -> Trajectory:
@@ -22,12 +24,25 @@ def traj(outcome: float, errors: int = 0, status: str = "ok", name: str = "t") -
     return t
 
 
-def test_degenerate_groups_are_those_without_any_reward_difference() -> None:
-    assert is_degenerate([traj(0.0), traj(0.0)])
-    assert is_degenerate([traj(1.0), traj(1.0), traj(0.0, status="infra_error")])
-    assert not is_degenerate([traj(1.0), traj(0.0)])
-    assert not is_degenerate([traj(1.0), traj(1.0, errors=1)])  # same outcome, different process
-    assert is_degenerate([traj(1.0)])
+def degenerate(group: list[Trajectory], combine: CombineConfig | None = None) -> bool:
+    return is_degenerate(group, LossConfig(), combine, None)
+
+
+def test_degenerate_groups_are_those_without_any_advantage() -> None:
+    assert degenerate([traj(0.0), traj(0.0)])
+    assert degenerate([traj(1.0), traj(1.0), traj(0.0, status="infra_error")])
+    assert not degenerate([traj(1.0), traj(0.0)])
+    assert not degenerate([traj(1.0), traj(1.0, errors=1)])  # same outcome, different process
+    assert degenerate([traj(1.0)])
+
+
+def test_dynamic_sampling_tests_the_shaped_rewards_the_batch_uses() -> None:
+    """With gate=0.5 the process rewards of failed episodes do not count: two failures that differ
+    only in their process rewards get zero advantage, so the group is dropped (raw rewards differ)."""
+    group = [traj(0.0), traj(0.0, errors=1)]
+    assert not degenerate(group)
+    assert degenerate(group, CombineConfig(gate=0.5))
+    assert not degenerate([traj(1.0), traj(1.0, errors=1)], CombineConfig(gate=0.5))  # passed the gate
 
 
 def test_roc_keeps_cleanest_correct_and_samples_failed_uniformly() -> None:
@@ -85,11 +100,11 @@ def test_curriculum_tracks_each_env_of_a_mixture_apart() -> None:
     assert tr.allowed("math2") and not tr.allowed("sql2")
 
 
-def test_sampling_recipes_are_validated_and_limited_to_sync_grpo() -> None:
+def test_sampling_recipes_are_validated() -> None:
     with pytest.raises(ConfigError, match="roc_oversample"):
         RecipeConfig(roc_oversample=0.5)
     with pytest.raises(ConfigError, match="difficulty_low"):
         RecipeConfig(difficulty_low=0.8, difficulty_high=0.2)
-    with pytest.raises(ConfigError, match="recipes"):
-        TrainConfig(algo="tree-grpo", recipes=RecipeConfig(dynamic_sampling="drop"))
-    assert not RecipeConfig().sampling_active and RecipeConfig(curriculum=True).sampling_active
+    with pytest.raises(ConfigError, match="roc_oversample"):
+        TrainConfig(algo="tree-grpo", recipes=RecipeConfig(roc_oversample=2))
+    assert TrainConfig(algo="tree-grpo", recipes=RecipeConfig(dynamic_sampling="drop")).algo == "tree-grpo"

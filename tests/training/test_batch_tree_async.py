@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -13,7 +15,7 @@ import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.rollout import rollout
 from prm_gym.core.policy import FakePolicy, SamplingParams
-from prm_gym.training.asyncrl import AsyncCollector
+from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
 from prm_gym.training.batch import Grouping, build_batch
 from prm_gym.training.config import LossConfig, TreeConfig
 from prm_gym.training.tree import sample_trees
@@ -118,49 +120,46 @@ def test_tree_branches_are_real_env_continuations(tiny_tokenizer: Any) -> None:
     assert sample.tool_calls >= 1
 
 
-def _collector(tiny_tokenizer: Any, staleness: int, producers: int) -> AsyncCollector:
-    def load(policy: Any, state: Any, version: int) -> None:
-        policy.version = version
-
-    return AsyncCollector(
-        lambda p: FakePolicy(tiny_tokenizer, solver),
-        load,
-        make_env,
-        ChatTemplate(tiny_tokenizer),
-        lambda i: (f"math-train-0-{i % 10:05d}", i),
-        group_size=2,
-        groups_per_step=2,
-        max_staleness=staleness,
-        producers=producers,
-    ).start()
+def test_prefetch_with_zero_depth_is_synchronous() -> None:
+    calls: list[tuple[int, str]] = []
+    pre = Prefetcher(lambda s: calls.append((s, threading.current_thread().name)) or s, depth=0, last=3)
+    assert [pre.get(s)[0] for s in range(3)] == [0, 1, 2]
+    assert [c[0] for c in calls] == [0, 1, 2] and {c[1] for c in calls} == {threading.current_thread().name}
 
 
-def test_async_with_zero_staleness_is_synchronous(tiny_tokenizer: Any) -> None:
-    col = _collector(tiny_tokenizer, 0, 3)
+def test_prefetch_plays_at_most_depth_steps_ahead() -> None:
+    started: list[int] = []
+    gate = threading.Event()
+
+    def collect(step: int) -> int:
+        started.append(step)
+        gate.wait(5)
+        return step
+
+    pre = Prefetcher(collect, depth=2, last=10)
     try:
-        for version in range(3):
-            groups, report = col.next_batch(version)
-            assert len(groups) == 2
-            assert report.staleness == [0, 0]
-            assert all(t.policy_version == version for g in groups for t in g)
-            col.publish(version + 1, None)
+        gate.set()
+        assert pre.get(0)[0] == 0
+        time.sleep(0.2)  # the queued collections of steps 1 and 2 run meanwhile; step 3 is not queued yet
+        assert started == [0, 1, 2]
+        assert pre.get(1)[0] == 1
+        time.sleep(0.2)
+        assert started == [0, 1, 2, 3]
     finally:
-        col.close()
+        pre.close()
 
 
-def test_async_staleness_is_bounded_and_reported(tiny_tokenizer: Any) -> None:
-    col = _collector(tiny_tokenizer, 1, 3)
-    seen: list[int] = []
-    try:
-        for version in range(4):
-            groups, report = col.next_batch(version)
-            seen += report.staleness
-            assert max(report.staleness) <= 1
-            assert report.as_metrics()["staleness_max"] == max(report.staleness)
-            col.publish(version + 1, None)
-    finally:
-        col.close()
-    assert len(seen) == 8
+def test_admit_reports_lag_and_drops_units_past_the_bound() -> None:
+    from types import SimpleNamespace
+
+    def group(*versions: int) -> list[Any]:
+        return [SimpleNamespace(policy_version=v) for v in versions]
+
+    report = StalenessReport()
+    kept = admit([group(5, 5), group(4, 5), group(2, 5)], 5, 1, "drop", report)
+    assert len(kept) == 2 and report.staleness == [0, 1] and report.dropped == 1
+    report = StalenessReport()
+    assert len(admit([group(2)], 5, 1, "correct", report)) == 1 and report.staleness == [3]
 
 
 def test_rollout_token_ids_unchanged_by_continue_refactor(tiny_tokenizer: Any) -> None:

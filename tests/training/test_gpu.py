@@ -91,7 +91,7 @@ def worker(out: Path, sharding: str) -> None:
     import torch.distributed as dist
 
     from prm_gym.training.ddp import setup_learner
-    from prm_gym.training.trainer import build_run
+    from prm_gym.training.run import build_run
 
     cfg = small(out / "run", sharding=sharding)
     learner = setup_learner(build_run(cfg))  # what train() does first: join the group, place the model

@@ -17,7 +17,8 @@ from prm_gym.agents.rollout import rollout  # noqa: E402
 from prm_gym.core.hf import HFPolicy  # noqa: E402
 from prm_gym.core.policy import SamplingParams  # noqa: E402
 from prm_gym.training.cli import main  # noqa: E402
-from prm_gym.training.distributed import RayRollouts, WorkerSpec  # noqa: E402
+from prm_gym.training.distributed import RayRollouts  # noqa: E402
+from prm_gym.training.worker import WorkerSpec  # noqa: E402
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 # One xdist worker runs this module (make test passes --dist loadgroup): one Ray cluster, not one per worker.
@@ -95,9 +96,10 @@ def test_train_agent_backend_ray_runs_and_logs(pool: RayRollouts, tmp_path: Path
     out = tmp_path / "run"
     argv = ["--backend", "ray", "--num-workers", "1", "--steps", "3", "--group-size", "2", "--tasks-per-step", "2"]
     argv += ["--output-dir", str(out), "--no-tensorboard", "--no-progress", "--sampling.max-new-tokens", "8"]
+    argv += ["--eval.num-tasks", "1", "--eval.samples", "1"]
     assert main(argv + MODES[mode]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "ray/worker_deaths" in r]
+    steps = [r for r in rows if "rollout/worker_deaths" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]
     # 2 tasks x 2 episodes; tree: 2 tasks x 1 tree x (1 chain + 1 branch per round) leaves
     assert all(r["trained_rows"] + r.get("excluded_trajectories", 0) == 4 for r in steps)

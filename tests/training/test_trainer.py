@@ -14,7 +14,15 @@ import torch
 from prm_gym.core.errors import ConfigError
 from prm_gym.training.checkpoint import load_checkpoint
 from prm_gym.training.cli import main, parse
-from prm_gym.training.config import AsyncConfig, EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
+from prm_gym.training.config import (
+    AsyncConfig,
+    EvalConfig,
+    LossConfig,
+    RecipeConfig,
+    SamplingConfig,
+    TrainConfig,
+    TreeConfig,
+)
 from prm_gym.training.metrics import read_metrics
 from prm_gym.training.trainer import train
 
@@ -46,8 +54,10 @@ def test_config_errors_name_the_field() -> None:
         LossConfig(clip_low=1.5)
     with pytest.raises(ConfigError, match="env_kwargs"):
         TrainConfig(env_kwargs="{not json")
-    with pytest.raises(ConfigError, match="tree-grpo"):
-        TrainConfig(algo="tree-grpo", asynchronous=AsyncConfig(enabled=True))
+    with pytest.raises(ConfigError, match=r"roc_oversample.*--algo grpo"):
+        TrainConfig(algo="tree-grpo", recipes=RecipeConfig(roc_oversample=1.5))
+    with pytest.raises(ConfigError, match="max_excluded_fraction"):
+        TrainConfig(max_excluded_fraction=1.5)
     with pytest.raises(ConfigError, match="device"):
         TrainConfig(device="gpu0")
 
@@ -146,7 +156,7 @@ def test_sync_training_logs_plots_checkpoints_and_resumes_exactly(tmp_path: Path
 
 
 def test_async_training_records_staleness(tmp_path: Path) -> None:
-    cfg = small(tmp_path, steps=2, asynchronous=AsyncConfig(enabled=True, max_staleness=1, producers=2))
+    cfg = small(tmp_path, steps=2, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
     train(cfg)
     rows = [r for r in read_metrics(tmp_path) if "reward" in r]
     assert len(rows) == 2
@@ -187,3 +197,40 @@ def test_eval_mode_writes_results(tmp_path: Path) -> None:
 def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--env", "prm/Nope-v0", "--steps", "1", "--output-dir", "/tmp/never"]) == 2
     assert "not registered" in capsys.readouterr().err
+
+
+def test_a_run_whose_turns_are_mostly_excluded_stops_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prm_gym.rewards.registry import register_judge
+    from prm_gym.rewards.testing import FakeJudge, failing
+
+    register_judge("test/down", lambda **kw: FakeJudge("test/down", failing("judge server down")), overwrite=True)
+    argv = ["--env-kwargs", ENV_KW, "--judge", "rule/math_equiv + test/down", "--steps", "10", "--group-size", "2"]
+    argv += ["--output-dir", str(tmp_path), "--no-progress", "--no-tensorboard", "--sampling.max-new-tokens", "4"]
+    assert main([*argv, "--eval.num-tasks", "1", "--eval.samples", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "were excluded as infra_error" in err and "--max-excluded-fraction" in err
+    rows = [r for r in read_metrics(tmp_path) if "excluded_turns_frac" in r]
+    assert 1 <= len(rows) < 10 and rows[-1]["excluded_turns_frac"] == 1.0
+
+
+def test_resume_without_a_checkpoint_starts_from_scratch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = train(small(tmp_path / "fresh", steps=1, resume=True))
+    assert run.step == 1 and load_checkpoint(tmp_path / "fresh")["step"] == 1
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_eval_leaves_infra_error_episodes_out_of_the_denominators(tmp_path: Path) -> None:
+    from prm_gym.rewards.registry import register_judge
+    from prm_gym.rewards.testing import FakeJudge, failing
+    from prm_gym.training.evaluation import summarise
+
+    register_judge("test/down", lambda **kw: FakeJudge("test/down", failing("judge server down")), overwrite=True)
+    argv = ["--mode", "eval", "--env-kwargs", ENV_KW, "--judge", "rule/math_equiv + test/down"]
+    assert main([*argv, "--output-dir", str(tmp_path), "--eval.num-tasks", "2", "--eval.samples", "2"]) == 0
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert result["infra_error_episodes"] == 4 and result["tasks_scored"] == 0 and "success" not in result
+    # one task: 1 win of 2 scored episodes (a third was infra_error); the other task unscored
+    out = summarise({"a": [1.0, 0.0], "b": []}, {"a": 1, "b": 0}, 3, infra=1)
+    assert out["success"] == 0.5 and out["tasks_scored"] == 1 and out["infra_error_episodes"] == 1

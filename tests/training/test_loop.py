@@ -1,5 +1,6 @@
-"""The --backend ray / vllm: loop with --asynchronous.enabled: the next step's groups are played
-while the learner trains (run here with the in-process pool, which Ray workers stand in for)."""
+"""The one loop, synchronous and asynchronous: with --asynchronous.enabled the next steps' groups
+are played while the learner trains (in-process here; tests/training/test_parity.py runs the
+same config on Ray and a vLLM server)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from prm_gym.core.errors import ConfigError
-from prm_gym.training.config import AsyncConfig, TrainConfig
-from prm_gym.training.distributed_loop import LocalRollouts, train_distributed
+from prm_gym.training.config import AsyncConfig, RecipeConfig, TrainConfig
 from prm_gym.training.metrics import read_metrics
+from prm_gym.training.sources import LocalRollouts
+from prm_gym.training.trainer import train
 from tests.training.test_trainer import small
 
 
@@ -47,11 +48,11 @@ def overlapped(events: list[tuple[str, float]]) -> list[bool]:
 
 
 def prefetch_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("prm-next-rollouts")]
+    return [t for t in threading.enumerate() if t.name.startswith("prm-rollouts")]
 
 
 def test_sync_loop_collects_each_step_after_the_last_update(tmp_path: Path, timeline: list[Any]) -> None:
-    run = train_distributed(small(tmp_path, steps=3, tasks_per_step=2))
+    run = train(small(tmp_path, steps=3, tasks_per_step=2))
     assert run.step == 3 and overlapped(timeline) == [False, False]
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
     assert [r["staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
@@ -59,7 +60,7 @@ def test_sync_loop_collects_each_step_after_the_last_update(tmp_path: Path, time
 
 def test_async_loop_plays_the_next_step_while_the_learner_trains(tmp_path: Path, timeline: list[Any]) -> None:
     cfg = small(tmp_path, steps=3, tasks_per_step=2, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
-    run = train_distributed(cfg)
+    run = train(cfg)
     # step s's groups start playing before the learner has finished step s-1 (one version behind)
     assert run.step == 3 and overlapped(timeline) == [True, True]
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
@@ -70,7 +71,7 @@ def test_async_loop_plays_the_next_step_while_the_learner_trains(tmp_path: Path,
 
 def test_zero_staleness_keeps_the_async_loop_synchronous(tmp_path: Path, timeline: list[Any]) -> None:
     cfg = small(tmp_path, steps=2, asynchronous=AsyncConfig(enabled=True, max_staleness=0))
-    train_distributed(cfg)
+    train(cfg)
     assert overlapped(timeline) == [False]
 
 
@@ -88,24 +89,43 @@ def test_a_failing_learner_stops_the_prefetch_and_closes_the_pool(
     monkeypatch.setattr(prm_gym.training.trainer, "learner_step", broken)
     cfg = small(tmp_path, steps=3, asynchronous=AsyncConfig(enabled=True, max_staleness=1))
     with pytest.raises(RuntimeError, match="out of memory"):
-        train_distributed(cfg)
+        train(cfg)
     assert closed == [True] and not prefetch_threads()
 
 
-def test_config_rejects_what_the_remote_loop_cannot_run() -> None:
-    with pytest.raises(ConfigError, match="vLLM sampler"):
-        TrainConfig(policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x", asynchronous=AsyncConfig(enabled=True))
-    with pytest.raises(ConfigError, match="tree-grpo samples from hf: policies"):
-        TrainConfig(algo="tree-grpo", policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x")
-    assert TrainConfig(algo="tree-grpo", backend="ray").backend == "ray"
+def test_config_allows_every_backend_with_every_strategy() -> None:
+    vllm = dict(policy="vllm:http://127.0.0.1:1", vllm_weights="hf:/tmp/x")
+    assert TrainConfig(**vllm, asynchronous=AsyncConfig(enabled=True)).asynchronous.enabled  # type: ignore[arg-type]
+    assert TrainConfig(**vllm, algo="tree-grpo").algo == "tree-grpo"  # type: ignore[arg-type]
+    assert TrainConfig(algo="tree-grpo", asynchronous=AsyncConfig(enabled=True)).algo == "tree-grpo"
+    recipes = RecipeConfig(dynamic_sampling="resample", curriculum=True)
+    assert TrainConfig(backend="ray", recipes=recipes, asynchronous=AsyncConfig(enabled=True)).backend == "ray"
 
 
-def test_tree_grpo_through_the_remote_loop(tmp_path: Path) -> None:
+def test_staleness_two_plays_two_steps_ahead_and_stays_bounded(tmp_path: Path, timeline: list[Any]) -> None:
+    cfg = small(tmp_path, steps=4, asynchronous=AsyncConfig(enabled=True, max_staleness=2))
+    train(cfg)
+    rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
+    assert len(rows) == 4 and all(0.0 <= r["staleness_max"] <= 2.0 for r in rows)
+    assert not prefetch_threads()
+
+
+def test_async_tree_grpo_through_the_loop(tmp_path: Path) -> None:
+    from prm_gym.training.config import TreeConfig
+
+    tree = TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
+    cfg = small(tmp_path, steps=2, algo="tree-grpo", tree=tree, asynchronous=AsyncConfig(enabled=True))
+    train(cfg)
+    rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
+    assert len(rows) == 2 and all(r["trained_rows"] + r["excluded_trajectories"] == 4 for r in rows)
+
+
+def test_tree_grpo_through_the_loop(tmp_path: Path) -> None:
     """Each task's trees are grown by a worker (here the in-process one) and merged for the learner."""
     from prm_gym.training.config import TreeConfig
 
     tree = TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
-    run = train_distributed(small(tmp_path, steps=2, tasks_per_step=2, algo="tree-grpo", tree=tree))
+    run = train(small(tmp_path, steps=2, tasks_per_step=2, algo="tree-grpo", tree=tree))
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
     assert run.step == 2 and len(rows) == 2
     # 2 tasks x 2 trees x (1 chain + 1 branch) leaves per step, all trained or excluded as infra errors
@@ -115,18 +135,18 @@ def test_tree_grpo_through_the_remote_loop(tmp_path: Path) -> None:
 
 def test_publish_without_waiting_lands_before_the_next_group() -> None:
     from prm_gym.core.policy import SamplingParams
-    from prm_gym.training.distributed import WorkerSpec
+    from prm_gym.training.worker import WorkerSpec
 
     pool = LocalRollouts(WorkerSpec("prm/Math-v0", env_kwargs={"levels": [1], "num_tasks": 4}))
     try:
-        state = pool.worker.policy.model.state_dict()
-        with pool._lock:  # a group is playing
+        state = pool.workers[0].policy.model.state_dict()
+        with pool._locks[0]:  # a group is playing
             pool.publish(state, 7, wait=False)  # returns at once instead of waiting for the group
-            assert pool.worker.policy.version == 0
+            assert pool.workers[0].policy.version == 0
         groups, _ = pool.collect([("math-train-0-00000", [0, 1])], SamplingParams(max_new_tokens=4), 512)
         assert [t.policy_version for t in groups[0]] == [7, 7]
         pool.publish(state, 8)  # waiting: immediate when no group is playing
-        assert pool.worker.policy.version == 8
+        assert pool.workers[0].policy.version == 8
     finally:
         pool.close()
 
@@ -150,12 +170,12 @@ def test_weights_published_while_older_ones_load_are_not_lost() -> None:
         def close(self) -> None:
             pass
 
-    from prm_gym.training.distributed import WorkerSpec
+    from prm_gym.training.worker import WorkerSpec
 
     pool = LocalRollouts(WorkerSpec("prm/Math-v0", env_kwargs={"levels": [1], "num_tasks": 4}))
-    pool.worker.close()
+    pool.workers[0].close()
     slow = SlowWorker()
-    pool.worker = slow  # type: ignore[assignment]
+    pool.workers[0] = slow  # type: ignore[assignment]
     pool.publish(None, 1, wait=False)
     groups = [("math-train-0-00000", [0]), ("math-train-0-00001", [0])]
     player = threading.Thread(target=pool.collect, args=(groups, None, 512))
@@ -165,3 +185,44 @@ def test_weights_published_while_older_ones_load_are_not_lost() -> None:
     slow.release.set()
     player.join(10)
     assert slow.loaded == [1, 2]
+
+
+def test_local_workers_play_groups_side_by_side_and_keep_job_order() -> None:
+    """Two in-process workers overlap two slow groups; the results come back in job order and are
+    what one worker plays (each group reseeds its sampler)."""
+    import gymnasium as gym
+
+    from prm_gym.core.policy import SamplingParams
+    from prm_gym.training.worker import WorkerSpec
+
+    class Slow(gym.Wrapper):
+        lock, inside, peak = threading.Lock(), 0, 0
+
+        def step(self, action: Any) -> Any:
+            with Slow.lock:
+                Slow.inside += 1
+                Slow.peak = max(Slow.peak, Slow.inside)
+            time.sleep(0.3)  # a slow tool call
+            with Slow.lock:
+                Slow.inside -= 1
+            return self.env.step(action)
+
+    if "test/SlowMath-v0" not in gym.registry:
+        gym.register("test/SlowMath-v0", entry_point=lambda **kw: Slow(gym.make("prm/Math-v0", **kw)))
+    spec = WorkerSpec("test/SlowMath-v0", env_kwargs={"levels": [1], "num_tasks": 4, "max_turns": 1})
+    jobs = [("math-train-0-00000", [0, 1]), ("math-train-0-00001", [2, 3])]
+    params = SamplingParams(max_new_tokens=4)
+    one, two = LocalRollouts(spec), LocalRollouts(spec, [None, None])
+    try:
+        state = one.workers[0].policy.model.state_dict()
+        for pool in (one, two):
+            pool.publish(state, 3)
+        serial, _ = one.collect(jobs, params, 512)
+        assert Slow.peak == 1
+        side, _ = two.collect(jobs, params, 512)
+    finally:
+        one.close()
+        two.close()
+    assert [[t.token_ids for t in g] for g in side] == [[t.token_ids for t in g] for g in serial]
+    assert [g[0].task_id for g in side] == ["math-train-0-00000", "math-train-0-00001"]
+    assert Slow.peak == 2  # the two groups' tool calls overlapped

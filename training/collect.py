@@ -1,0 +1,187 @@
+"""One step's collection, whatever the rollout source: which tasks, chain groups or trees, and the
+rollout recipes (dynamic sampling, Resample-on-Correct, online difficulty filter, curriculum).
+
+A step's *units* are GRPO groups (lists of trajectories of one task) or, with ``--algo tree-grpo``,
+one :class:`prm_gym.training.tree.TreeSample` per task. The recipes act on units, so they work
+with chains and trees (except RoC, which down-samples a flat oversampled group), in-process or
+on Ray, synchronous or asynchronous.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prm_gym.agents.rollout import Trajectory
+from prm_gym.core.policy import SamplingParams
+from prm_gym.rewards.combine import CombineConfig
+from prm_gym.training.batch import Grouping, compute_advantages, flatten_groups, outcome_and_process
+from prm_gym.training.config import LossConfig, TrainConfig
+from prm_gym.training.curriculum import DifficultyTracker
+from prm_gym.training.recipes import resample_on_correct
+from prm_gym.training.run import Run
+from prm_gym.training.sources import Job, RolloutSource
+from prm_gym.training.tree import TreeSample, merge_samples
+from prm_gym.training.worker import CollectStats
+
+
+def step_tasks(cfg: TrainConfig, train_ids: Sequence[str], index: int, count: int) -> list[tuple[str, int]]:
+    """``count`` (task id, episode seed) pairs for step ``index``; deterministic in the index."""
+    rng = np.random.default_rng([cfg.seed, index])
+    picks = rng.choice(len(train_ids), size=count, replace=len(train_ids) < count)
+    return [(train_ids[int(p)], int(rng.integers(2**31 - 1))) for p in picks]
+
+
+def make_tracker(cfg: TrainConfig, run: Run) -> DifficultyTracker | None:
+    """A :class:`DifficultyTracker` over the run's training tasks when a difficulty recipe is on."""
+    r = cfg.recipes
+    if not (r.difficulty_filter or r.curriculum):
+        return None
+    env = run.make_env()
+    try:
+        tasks = [env.unwrapped.tasks.get(i) for i in run.train_ids]  # type: ignore[attr-defined]
+    finally:
+        env.close()
+    return DifficultyTracker(tasks, r)
+
+
+def unit_trajectories(unit: Any) -> list[Trajectory]:
+    """The trajectories of a unit (a GRPO group, or a task's :class:`TreeSample`)."""
+    return list(unit.leaves) if isinstance(unit, TreeSample) else list(unit)
+
+
+def unit_grouping(unit: Any) -> Grouping:
+    return unit.grouping if isinstance(unit, TreeSample) else Grouping([0] * len(unit))
+
+
+def as_batch(units: Sequence[Any]) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
+    """Units as one batch: trajectories, grouping and sampling budget (trees merged, renumbered)."""
+    if units and isinstance(units[0], TreeSample):
+        return merge_samples(units).as_batch()
+    return flatten_groups(units)
+
+
+def sampled_tokens(unit: Any) -> int:
+    if isinstance(unit, TreeSample):
+        return unit.generated_tokens
+    return sum(t.num_generated_tokens for t in unit)
+
+
+def is_degenerate(unit: Any, loss: LossConfig, combine: CombineConfig | None, max_new_tokens: int | None) -> bool:
+    """True when the unit's advantages, computed from the same shaped rewards the batch will use
+    (judge-expression options such as ``gate``, the overlong penalty), are all zero: it would add
+    no gradient (DAPO's dynamic sampling, Yu et al. 2025, section 3.2). A unit with fewer than two
+    valid trajectories has no baseline and is degenerate too."""
+    adv, valid, _ = compute_advantages(unit_trajectories(unit), unit_grouping(unit), loss, combine, max_new_tokens)
+    return not bool(valid.any()) or float(adv[valid].abs().max()) < 1e-9
+
+
+@dataclass
+class Collected:
+    """What one step collected: its units and the collection's metrics."""
+
+    units: list[Any]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class StepCollector:
+    """``collector(step) -> Collected``: picks the step's tasks, plays them on ``source``, applies the recipes.
+
+    Args:
+        cfg: the run's config (algorithm, group size, recipes, sampling).
+        source: where episodes are played.
+        train_ids: the training task ids.
+        tracker: the difficulty tracker (difficulty filter / curriculum), or None.
+        combine: the env judge expression's combination options, so that dynamic sampling tests the
+            same shaped rewards the advantages are computed from.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        source: RolloutSource,
+        train_ids: Sequence[str],
+        tracker: DifficultyTracker | None = None,
+        combine: CombineConfig | None = None,
+    ):
+        self.cfg, self.source, self.train_ids = cfg, source, list(train_ids)
+        self.tracker, self.combine = tracker, combine
+        s = cfg.sampling
+        self.sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
+        self.tree = cfg.tree if cfg.algo == "tree-grpo" else None
+        self.max_new_tokens = s.max_new_tokens
+        self.width = math.ceil(cfg.group_size * cfg.recipes.roc_oversample)  # episodes played per group
+
+    def __call__(self, step: int) -> Collected:
+        cfg, r = self.cfg, self.cfg.recipes
+        kept: list[Any] = []
+        last: list[Any] = []
+        stats = {"generated_tokens": 0.0}
+        survived = CollectStats()
+        if r.dynamic_sampling != "off":
+            stats.update({"dynamic/dropped_groups": 0.0, "dynamic/rounds": 0.0})
+        rounds = 0
+        while True:
+            rng = np.random.default_rng([cfg.seed, step, 2, rounds])
+            units = self._play(step, self._pick(step, rounds, rng), survived)
+            rounds += 1
+            stats["generated_tokens"] += float(sum(sampled_tokens(u) for u in units))
+            last = [self._roc(u, rng) for u in units]
+            for unit in last:
+                if r.dynamic_sampling != "off" and is_degenerate(
+                    unit, cfg.loss, self.combine, cfg.sampling.max_new_tokens
+                ):
+                    stats["dynamic/dropped_groups"] += 1
+                    continue
+                kept.append(unit)
+            if r.dynamic_sampling != "resample" or len(kept) >= cfg.tasks_per_step or rounds >= r.max_resample_rounds:
+                break
+        if r.dynamic_sampling != "off":
+            stats["dynamic/rounds"] = float(rounds)
+            stats["dynamic/all_dropped"] = float(not kept)
+        if self.tracker is not None:
+            stats.update(self.tracker.stats())
+        stats.update(survived.as_metrics())
+        return Collected(kept[: cfg.tasks_per_step] or last, stats)
+
+    def _pick(self, step: int, rounds: int, rng: np.random.Generator) -> list[tuple[str, int]]:
+        n = self.cfg.tasks_per_step
+        if self.tracker is None and rounds == 0:
+            return step_tasks(self.cfg, self.train_ids, step, n)
+        if self.tracker is not None:
+            ids = self.tracker.pick(n, rng)
+        else:
+            ids = [
+                self.train_ids[int(p)] for p in rng.choice(len(self.train_ids), size=n, replace=len(self.train_ids) < n)
+            ]
+        return [(t, int(s)) for t, s in zip(ids, rng.integers(2**31 - 1, size=len(ids)), strict=True)]
+
+    def _play(self, step: int, pairs: list[tuple[str, int]], survived: CollectStats) -> list[Any]:
+        if self.tree is not None:  # one job per task: its trees, branch points seeded by (task seed, run seed, step)
+            jobs: list[Job] = [(t, [s, self.cfg.seed, step]) for t, s in pairs]
+        else:
+            jobs = [(t, [s + j for j in range(self.width)]) for t, s in pairs]
+        units, cstats = self.source.collect(jobs, self.sampling, self.cfg.sampling.max_context_tokens, self.tree)
+        survived.add(cstats)
+        if self.tracker is not None:
+            for unit in units:
+                self._record(unit)
+        return units
+
+    def _record(self, unit: Any) -> None:
+        assert self.tracker is not None
+        trajs = [t for t in unit_trajectories(unit) if not t.infra_error]
+        threshold = self.cfg.recipes.success_threshold
+        outcomes = [outcome_and_process(t, self.cfg.loss.outcome_terms)[0] for t in trajs]
+        if trajs:
+            self.tracker.record(trajs[0].task_id, sum(o >= threshold for o in outcomes), len(outcomes))
+
+    def _roc(self, unit: Any, rng: np.random.Generator) -> Any:
+        if self.width <= self.cfg.group_size or isinstance(unit, TreeSample):
+            return unit
+        r = self.cfg.recipes
+        return resample_on_correct(unit, self.cfg.group_size, self.cfg.loss.outcome_terms, r.success_threshold, rng)

@@ -1,0 +1,211 @@
+"""Rollout sources: where a step's episodes are played. The loop in :mod:`prm_gym.training.trainer`
+talks to every backend through one small interface, :class:`RolloutSource`.
+
+* :class:`LocalRollouts`: ``--num-workers`` :class:`prm_gym.training.worker.RolloutWorker` threads in
+  this process (groups whose episodes wait on tools overlap). With a synchronous run they sample
+  with the learner's own model (nothing to copy); with an asynchronous one each holds a copy that
+  takes published weights between groups.
+* :class:`prm_gym.training.distributed.RayRollouts`: workers as Ray actors (``--backend ray``).
+* ``--policy vllm:<url>``: either of the above, whose workers sample from vLLM servers; the learner
+  writes its weights where the servers read them and asks them to reload (:class:`WeightPublisher`).
+* ``--policy vllm-engine:<dir>``: a local worker sampling from an in-process vLLM engine into which
+  the learner's tensors are copied after every step.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Protocol
+
+from prm_gym.core.errors import ConfigError, InfraError
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.config import TrainConfig, TreeConfig
+from prm_gym.training.worker import CollectStats, RolloutWorker, WorkerSpec
+
+Job = tuple[str, Sequence[int]]
+"""One unit of work: ``(task_id, episode seeds)`` for a GRPO group; for a Tree-GRPO job the seeds
+are ``[reset seed, run seed, step]`` and seed the branch points."""
+
+
+class RolloutSource(Protocol):
+    """Where episodes are played: collect jobs, take new weights, stop early, release everything."""
+
+    def collect(
+        self, jobs: Sequence[Job], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig | None = None
+    ) -> tuple[list[Any], CollectStats]:
+        """Play ``jobs`` (GRPO groups, or with ``tree`` each task's trees); the finished ones, in order."""
+        ...
+
+    def publish(self, state: Any, version: int, *, wait: bool = True) -> None:
+        """New weights (``None``: only the version moves); ``wait=False`` lets a busy worker finish its group."""
+        ...
+
+    def cancel(self) -> None:
+        """Make a ``collect`` running in another thread return soon."""
+        ...
+
+    def close(self) -> None:
+        """Release workers, envs, sandboxes and servers (idempotent)."""
+        ...
+
+
+class LocalRollouts:
+    """A :class:`RolloutSource` with workers in this process: one thread each, a free worker takes
+    the next job (as Ray's workers do), results come back in job order.
+
+    Args:
+        spec: what the workers build.
+        policies: one entry per worker: the policy it samples with, or ``None`` to build one from
+            ``spec`` (a synchronous run passes the learner's model, so publishing moves only the
+            version).
+    """
+
+    def __init__(self, spec: WorkerSpec, policies: Sequence[Any] = (None,)):
+        self.workers = [RolloutWorker(spec, i, policy=p) for i, p in enumerate(policies)]
+        self._locks = [threading.Lock() for _ in self.workers]  # held while a group plays
+        self._slot = threading.Lock()  # guards _pending: per worker, the newest weights not yet loaded
+        self._pending: list[tuple[Any, int] | None] = [None] * len(self.workers)
+        self._cancel = threading.Event()
+
+    def publish(self, state: Any, version: int, *, wait: bool = True) -> None:
+        if not wait:  # each worker loads them before its next group
+            with self._slot:
+                self._pending = [(state, version)] * len(self.workers)
+            return
+        for w, worker in enumerate(self.workers):
+            with self._locks[w]:
+                with self._slot:
+                    self._pending[w] = None
+                worker.set_weights(state, version)
+
+    def collect(
+        self, jobs: Sequence[Job], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig | None = None
+    ) -> tuple[list[Any], CollectStats]:
+        todo = iter(enumerate(jobs))
+        take = threading.Lock()
+        results: dict[int, Any] = {}
+        stats = CollectStats()
+
+        def drive(w: int) -> None:
+            worker = self.workers[w]
+            while not self._cancel.is_set():
+                with take:
+                    nxt = next(todo, None)
+                if nxt is None:
+                    return
+                i, (task_id, seeds) = nxt
+                with self._locks[w]:
+                    with self._slot:
+                        pending, self._pending[w] = self._pending[w], None
+                    if pending is not None:
+                        worker.set_weights(*pending)
+                    try:
+                        results[i] = worker.play(task_id, seeds, sampling, max_context_tokens, tree)
+                    except InfraError:  # an env backend died outside an episode's turns: drop the group
+                        with take:
+                            stats.dropped_groups += 1
+                        worker.drop_envs()
+
+        if len(self.workers) == 1:
+            drive(0)
+        else:
+            with ThreadPoolExecutor(len(self.workers), "prm-local-worker") as pool:
+                list(pool.map(drive, range(len(self.workers))))
+        return [results[i] for i in sorted(results)], stats
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+def worker_spec(cfg: TrainConfig) -> WorkerSpec:
+    """What each rollout worker builds for ``cfg``."""
+    return WorkerSpec(
+        env_id=cfg.env,
+        env_kwargs=cfg.env_kwargs_dict,
+        policy=cfg.policy,
+        tokenizer=cfg.vllm_weights or cfg.policy,
+        imports=cfg.imports,
+        seed=cfg.seed,
+        tools_prompt=cfg.tools_prompt,
+        served_model=cfg.vllm_weights[3:] if cfg.policy.startswith("vllm:") else "policy",
+    )
+
+
+def learner_policy(cfg: TrainConfig) -> str:
+    """The ``hf:`` id the learner trains: the served weights for ``vllm:``/``vllm-engine:`` policies."""
+    if cfg.policy.startswith("vllm-engine:"):
+        if cfg.backend == "ray":
+            raise ConfigError("--policy vllm-engine: runs vLLM in this process; use --backend local (or vllm:<url>).")
+        return "hf:" + cfg.policy[len("vllm-engine:") :]
+    return cfg.vllm_weights if cfg.policy.startswith("vllm:") else cfg.policy
+
+
+def make_source(cfg: TrainConfig, learner: HFPolicy) -> RolloutSource:
+    """The rollout source ``cfg`` asks for; ``learner`` is the policy being trained."""
+    spec = worker_spec(cfg)
+    if cfg.backend == "ray":
+        from prm_gym.training.distributed import RayRollouts  # Ray is an optional extra
+
+        return RayRollouts(spec, cfg.num_workers, address=cfg.ray_address)
+    n = cfg.num_workers
+    if cfg.policy.startswith("vllm-engine:"):  # one engine per process
+        return LocalRollouts(spec)
+    if not cfg.policy.startswith("hf:"):
+        return LocalRollouts(spec, [None] * n)
+    tok = learner.tokenizer
+    if cfg.asynchronous.enabled:  # workers sample while the learner trains: each holds its own copy
+        return LocalRollouts(spec, [HFPolicy(copy.deepcopy(learner.model).eval(), tok) for _ in range(n)])
+    return LocalRollouts(spec, [HFPolicy(learner.model, tok) for _ in range(n)])
+
+
+class WeightPublisher:
+    """Hands the learner's weights to the source after every step.
+
+    ``hf:`` workers get a CPU copy of the state dict (a shared model needs only the version); an
+    in-process vLLM engine copies the tensors itself; vLLM servers reload the weights the learner
+    saves to ``--vllm-weights`` (the workers then only move their version).
+    """
+
+    def __init__(self, cfg: TrainConfig, learner: HFPolicy, source: RolloutSource):
+        self.cfg, self.learner, self.source = cfg, learner, source
+        self.shared = isinstance(source, LocalRollouts) and source.workers[0].policy.model is learner.model
+        self.server: Any = None
+        if cfg.policy.startswith("vllm:"):
+            from prm_gym.agents.vllm import VLLMPolicy
+
+            spec = worker_spec(cfg)
+            self.server = VLLMPolicy(cfg.policy[5:].split(","), learner.tokenizer, model=spec.served_model)
+
+    def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
+        """Publish the learner's weights; ``initial``: before the first step, when vLLM servers
+        already serve the ``--vllm-weights`` files the learner started from (unless it resumed or
+        loaded ``--init-checkpoint``), only the version is sent."""
+        version, model = self.learner.version, self.learner.model
+        fresh = not (self.cfg.resume or self.cfg.init_checkpoint)
+        if self.server is not None and initial and fresh:
+            self.source.publish(None, version)
+        elif self.server is not None:
+            model.save_pretrained(self.cfg.vllm_weights[3:])
+            self.server.reload_weights(version=version)
+            self.source.publish(None, version)
+        elif self.shared:
+            self.source.publish(None, version)
+        elif self.cfg.policy.startswith("vllm-engine:"):
+            self.source.publish(model.state_dict(), version)  # the engine copies them, on their device
+        else:
+            state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            self.source.publish(state, version, wait=wait)
+
+
+def learner_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the policy the learner builds (see :func:`learner_policy`)."""
+    return replace(cfg, policy=learner_policy(cfg))

@@ -1,0 +1,177 @@
+"""A rollout worker: its own envs, judges, sandboxes and policy; plays whole GRPO groups or a
+task's Tree-GRPO trees. The same class runs in this process (:class:`prm_gym.training.sources.LocalRollouts`)
+and as a Ray actor (:class:`prm_gym.training.distributed.RayRollouts`).
+
+Before each group the worker reseeds its sampler from the group's seeds, so what a group samples
+depends only on the weights, the task and its seeds: the same on one worker or many, in this
+process or on Ray, and after ``--resume``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import prm_gym  # noqa: F401  (registers prm/ ids)
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.models import load_hf
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.config import TreeConfig
+from prm_gym.training.tree import TreeSample, sample_trees
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every rollout worker builds.
+
+    Attributes:
+        env_id: the registered env id.
+        env_kwargs: keyword arguments for ``gym.make``.
+        policy: ``hf:<id>`` or ``vllm-engine:<dir>`` (weights published by the learner), or
+            ``vllm:<url>[,<url>...]``.
+        tokenizer: for a ``vllm:`` policy, the ``hf:`` id whose tokenizer the server speaks.
+        served_model: for a ``vllm:`` policy, the served model name.
+        imports: modules to import first (third-party envs and judges).
+        seed: base seed of the workers' samplers.
+        tools_prompt: the chat template's tool block (``full`` or ``compact``).
+    """
+
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    policy: str = "hf:tiny"
+    tokenizer: str = "hf:tiny"
+    served_model: str = "policy"
+    imports: tuple[str, ...] = ()
+    seed: int = 0
+    tools_prompt: str = "full"
+
+
+def build_policy(spec: WorkerSpec, seed: int) -> Any:
+    """The policy a worker samples from."""
+    if spec.policy.startswith("vllm-engine:"):
+        from prm_gym.agents.vllm_engine import VLLMEnginePolicy  # vLLM is optional and heavy
+
+        return VLLMEnginePolicy.from_id(spec.policy, seed=seed)
+    if spec.policy.startswith("vllm:"):
+        from prm_gym.agents.vllm import VLLMPolicy
+
+        _, tok = load_hf(spec.tokenizer, seed)
+        return VLLMPolicy(spec.policy[5:].split(","), tok, model=spec.served_model, seed=seed)
+    return HFPolicy.from_id(spec.policy, seed=seed)
+
+
+def group_seed(seeds: Sequence[int], base: int) -> int:
+    """The sampler seed of the group (or tree job) with these episode ``seeds`` in run ``base``."""
+    return int(np.random.SeedSequence([base, *(int(s) % 2**63 for s in seeds)]).generate_state(1)[0])
+
+
+def _portable(trajs: list[Trajectory]) -> list[Trajectory]:
+    """``trajs`` with only plain values left in their turns' infos (sent to another process)."""
+    for t in trajs:
+        for turn in t.turns:
+            turn.info = {k: v for k, v in turn.info.items() if isinstance(v, (int, float, str, bool, dict))}
+    return trajs
+
+
+class RolloutWorker:
+    """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
+
+    def __init__(self, spec: WorkerSpec, index: int, policy: Any = None):
+        for module in spec.imports:
+            importlib.import_module(module)
+        self.spec = spec
+        self.index = index
+        self.policy = policy if policy is not None else build_policy(spec, seed=spec.seed * 1000 + index + 1)
+        self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt)
+        self.envs: list[Any] = []
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def set_weights(self, state: Any, version: int) -> int:
+        """Load published weights (``None`` for a vLLM server policy: only the version moves)."""
+        if state is not None and hasattr(self.policy, "load_weights"):  # an in-process vLLM engine
+            self.policy.load_weights(state, version)
+        elif state is not None and hasattr(self.policy, "model"):
+            self.policy.model.load_state_dict(state)
+        self.policy.version = version
+        return version
+
+    def play(
+        self,
+        task_id: str,
+        seeds: Sequence[int],
+        sampling: SamplingParams,
+        max_context_tokens: int,
+        tree: TreeConfig | None = None,
+    ) -> list[Trajectory] | TreeSample:
+        """One group: ``len(seeds)`` episodes of ``task_id``; with ``tree``, that task's Tree-GRPO
+        trees instead (reset seed ``seeds[0]``, branch points drawn from a generator seeded by
+        ``seeds``), as a :class:`prm_gym.training.tree.TreeSample`."""
+        reseed = getattr(self.policy, "reseed", None)
+        if reseed is not None:
+            reseed(group_seed(seeds, self.spec.seed))
+        if tree is not None:
+            return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
+        while len(self.envs) < len(seeds):
+            self.envs.append(gym.make(self.spec.env_id, **self.spec.env_kwargs))
+        trajs = rollout(
+            self.envs[: len(seeds)],
+            self.policy,
+            self.chat,
+            seeds=list(seeds),
+            task_ids=[task_id] * len(seeds),
+            sampling=sampling,
+            max_context_tokens=max_context_tokens,
+        )
+        return _portable(trajs)
+
+    def _play_tree(
+        self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig
+    ) -> TreeSample:
+        sample = sample_trees(
+            lambda: gym.make(self.spec.env_id, **self.spec.env_kwargs),
+            self.policy,
+            self.chat,
+            [task_id],
+            [seeds[0]],
+            tree,
+            np.random.default_rng(list(seeds)),
+            sampling=sampling,
+            max_context_tokens=max_context_tokens,
+        )
+        _portable(sample.leaves)
+        return sample
+
+    def drop_envs(self) -> None:
+        """Close this worker's envs (after an infrastructure failure the next group builds new ones)."""
+        for e in self.envs:
+            e.close()
+        self.envs.clear()
+
+    def close(self) -> None:
+        self.drop_envs()
+
+
+@dataclass
+class CollectStats:
+    """What one ``collect`` call of a rollout source survived."""
+
+    worker_deaths: int = 0
+    retried_groups: int = 0
+    dropped_groups: int = 0
+
+    def add(self, other: CollectStats) -> None:
+        for k, v in other.__dict__.items():
+            setattr(self, k, getattr(self, k) + v)
+
+    def as_metrics(self) -> dict[str, float]:
+        return {f"rollout/{k}": float(v) for k, v in self.__dict__.items()}
