@@ -30,7 +30,9 @@ _MIXED = re.compile(r"([-+]?\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?")
 _WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mbox", "emph", "textnormal")
 _WRAPPED = re.compile(rf"\\(?:{'|'.join(_WRAPPERS)})\s*\{{([^{{}}]*)\}}")
-_TRAILING_UNIT = re.compile(rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*\{{\s*[A-Za-z][A-Za-z .^\d/]*\}}\s*$")
+_TRAILING_UNIT = re.compile(
+    rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*\{{\s*[A-Za-z][A-Za-z .^\d/]*\}}(?:\^\{{?\d+\}}?)?\s*$"
+)
 _UNIT_WORDS = re.compile(r"^(.*?\d(?:\})?)\s+([A-Za-z][A-Za-z.]*(?:\s+[A-Za-z][A-Za-z.]*){0,3})$")
 _SCALE_WORDS = frozenset({"hundred", "thousand", "million", "billion", "trillion", "times"})
 _LOOSE_DIGITS = re.compile(r"\d\s+[-+]?\.?\d")

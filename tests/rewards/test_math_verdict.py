@@ -195,3 +195,37 @@ def test_the_interpreter_exits_cleanly_after_hostile_answers() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+
+
+# Gold answers in the forms MATH solutions use; each must be accepted verbatim, boxed, in math
+# delimiters, in bold, with a trailing period, and with \frac and \dfrac swapped.
+GOLDS = [
+    "\\frac{1}{2}", "\\sqrt{51}", "3\\sqrt{13}", "\\pi", "2\\pi", "\\frac{\\pi}{4}", "\\text{Evelyn}", "\\frac43",
+    "(2,\\infty)", "(-\\infty, 3] \\cup [5, \\infty)", "\\{1, 3\\}", "10,\\!080", "137 \\frac{1}{2}",
+    "x^2 + 7x + 10", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\$18.90", "30^\\circ", "50\\%",
+    "\\frac{\\sqrt{3}}{2}", "-\\frac{7}{4}", "\\dfrac{9}{2}", "2 \\sqrt{5}", "\\text{(C)}", "1, 2, 3", "y = 2x + 3",
+    "\\left( 3, \\frac{\\pi}{2} \\right)", "6 \\text{ inches}", "\\sqrt[3]{2}", "a^2 + b^2", "\\infty", "0", "-1",
+    "\\tfrac{3}{8}", "8\\sqrt{2} - 4", "\\frac{1 + \\sqrt{5}}{2}", "4.5", "\\text{odd}", "\\frac{3}{4}\\pi", "e^{2}",
+    "\\log_2 3", "[0, 1)", "12\\text{ cm}^2", "5!", "\\binom{5}{2}", "3+2i", "\\frac{17}{2}", "1.25",
+]  # fmt: skip
+
+
+def _forms(gold: str) -> list[str]:
+    swapped = gold.replace("\\dfrac", "\\frac") if "\\dfrac" in gold else gold.replace("\\frac", "\\dfrac")
+    return [gold, f"\\boxed{{{gold}}}", f"${gold}$", f"**{gold}**", f"{gold}.", swapped, f"\\boxed{{{swapped}}}"]
+
+
+@pytest.mark.parametrize("gold", GOLDS)
+def test_the_gold_in_every_usual_form_is_accepted(gold: str) -> None:
+    rejected = [form for form in _forms(gold) if not math_equal(gold, form)]
+    assert rejected == []
+
+
+def _one_digit_off(gold: str) -> str:
+    i = next(i for i, c in enumerate(gold) if c.isdigit())
+    return gold[:i] + str((int(gold[i]) + 1) % 10) + gold[i + 1 :]
+
+
+@pytest.mark.parametrize("gold", [g for g in GOLDS if any(c.isdigit() for c in g)])
+def test_the_gold_with_one_digit_changed_is_rejected(gold: str) -> None:
+    assert not math_equal(gold, _one_digit_off(gold)), _one_digit_off(gold)
