@@ -23,20 +23,22 @@ _SPACE_MACROS = r"\\,|\\;|\\:|\\ |~|\\quad|\\qquad|\\enspace|\\thinspace"
 _SOFT_SPACES = "\u2009\u202f\u00a0\u2007\u2008\u200a"
 _THOUSANDS_GAP = re.compile(rf"(?<=\d)(?:{_SPACE_MACROS}|[{_SOFT_SPACES}]|\{{,\}})(?=\d{{3}}(?!\d))")
 _COMMA_NUMBER = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,3})?")  # exponent: 3 digits at most
 _SLASH = re.compile(r"([-+]?\d+)/(\d+)")
 _FRAC = re.compile(r"([-+]?)\\frac(?:\{\s*([-+]?\d+)\s*\}|(\d))(?:\{\s*(\d+)\s*\}|(\d))")
 _MIXED = re.compile(r"([-+]?\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?")
 _WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mbox", "emph", "textnormal")
 _WRAPPED = re.compile(rf"\\(?:{'|'.join(_WRAPPERS)})\s*\{{([^{{}}]*)\}}")
-_TRAILING_UNIT = re.compile(
-    rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*\{{\s*[A-Za-z][A-Za-z .^\d/]*\}}(?:\^\{{?\d+\}}?)?\s*$"
-)
+_TRAILING_UNIT = re.compile(rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*\{{\s*[A-Za-z][A-Za-z .^\d/]*\}}(?:\^\{{?\d+\}}?)?\s*$")
 _UNIT_WORDS = re.compile(r"^(.*?\d(?:\})?)\s+([A-Za-z][A-Za-z.]*(?:\s+[A-Za-z][A-Za-z.]*){0,3})$")
 _SCALE_WORDS = frozenset({"hundred", "thousand", "million", "billion", "trillion", "times"})
 _LOOSE_DIGITS = re.compile(r"\d\s+[-+]?\.?\d")
 _DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "^{\\circ}", "^\\circ", "\\circ", "°", "\\%", "%", "\\$")
+
+
+#: Longest answer :func:`clean` rewrites (its patterns stay linear-time well past this).
+MAX_CLEAN_CHARS = 2000
 
 
 def _braced(text: str, start: int) -> tuple[str, int] | None:
@@ -87,7 +89,10 @@ def clean(text: str) -> str:
     if not text.isascii():  # thousands gaps before NFKC, which turns a thin space into a plain one
         text = unicodedata.normalize("NFKC", _THOUSANDS_GAP.sub("", text).replace("\u2212", "-"))
     boxed = last_boxed(text)
-    text = _strip_markup(boxed if boxed is not None else text)
+    text = boxed if boxed is not None else text
+    if len(text) > MAX_CLEAN_CHARS:  # no answer is this long: left as it is (and too long for sympy)
+        return text.strip()
+    text = _strip_markup(text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\n", " ")
     for token in _DROP:
         text = text.replace(token, "")

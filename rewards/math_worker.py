@@ -40,7 +40,8 @@ except (ValueError, OSError):
 import logging
 logging.disable(logging.CRITICAL)
 from math_verify import parse, verify
-print("ready", flush=True)
+reply, sys.stdout = sys.stdout, sys.stderr  # stray prints from libraries never reach the replies
+print("ready", file=reply, flush=True)
 for line in sys.stdin:
     try:
         gold, answer = json.loads(line)
@@ -49,7 +50,7 @@ for line in sys.stdin:
         out = {{"equal": bool(g and a and verify(g, a, timeout_seconds=None))}}
     except BaseException as exc:
         out = {{"error": type(exc).__name__ + ": " + str(exc)[:200]}}
-    print(json.dumps(out), flush=True)
+    print(json.dumps(out), file=reply, flush=True)
 """
 
 
@@ -177,10 +178,10 @@ class VerifyPool:
         try:
             child.wait_ready()
             result = child.ask(gold, answer, timeout_s)
-        except BaseException:
-            if child.alive() and child.ready:
+        except BaseException as exc:
+            if isinstance(exc, VerifyFailed) and child.alive():  # it answered with an error: still in step
                 self._give_back(child)
-            else:
+            else:  # dead, hung, or interrupted mid-request (its next line would answer the wrong question)
                 child.kill()
                 self._replace()
             raise

@@ -129,6 +129,8 @@ TABLE = [
     ("\\text{Evelyn}", "\\text{Bob}", False),
     ("1.5", "1.5 million", False),
     ("3", "", False),
+    ("5", "1e999999999", False),  # no 10**999999999 computed in-process
+    ("1000", "1e3", True),
 ]
 
 
