@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import select
 import subprocess
@@ -32,7 +33,8 @@ CHILD_MEMORY_BYTES = 2 << 30
 STARTUP_TIMEOUT_S = 60.0
 
 _CHILD = """
-import json, resource, sys
+import json, resource, signal, sys
+signal.signal(signal.SIGALRM, signal.SIG_DFL)  # an alarm ends the process, whatever holds the GIL
 try:
     resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}))
 except (ValueError, OSError):
@@ -44,12 +46,14 @@ reply, sys.stdout = sys.stdout, sys.stderr  # stray prints from libraries never 
 print("ready", file=reply, flush=True)
 for line in sys.stdin:
     try:
-        gold, answer = json.loads(line)
+        gold, answer, limit = json.loads(line)
+        signal.alarm(limit)  # a backstop: a child orphaned mid-check still dies
         g = parse(gold, parsing_timeout=None)
         a = parse(answer, parsing_timeout=None)
         out = {{"equal": bool(g and a and verify(g, a, timeout_seconds=None))}}
     except BaseException as exc:
         out = {{"error": type(exc).__name__ + ": " + str(exc)[:200]}}
+    signal.alarm(0)
     print(json.dumps(out), file=reply, flush=True)
 """
 
@@ -101,7 +105,8 @@ class _Child:
     def ask(self, gold: str, answer: str, timeout_s: float) -> bool:
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps([gold, answer]).encode() + b"\n")
+            backstop = math.ceil(timeout_s) + 5  # seconds; the parent kills the child well before
+            self.proc.stdin.write(json.dumps([gold, answer, backstop]).encode() + b"\n")
             self.proc.stdin.flush()
         except OSError:
             self.kill()
@@ -133,37 +138,51 @@ class _Child:
 class VerifyPool:
     """At most ``max_workers`` children; each request takes an idle one (or starts one).
 
+    The deadline covers the check itself: when more threads check at once than there are
+    children, a request first waits for a free child.
+
     Args:
-        max_workers: children alive at once; a request waits when all are busy.
+        max_workers: children alive at once.
     """
 
     def __init__(self, max_workers: int = 2) -> None:
         self.max_workers = max_workers
         self._idle: list[_Child] = []
-        self._count = 0
+        self._alive: set[_Child] = set()
+        self._starting = 0
         self._cond = threading.Condition()
         self._pid = os.getpid()
         self.requests = 0  # checks asked of the children, for tests and diagnostics
 
+    def _spawn(self) -> _Child:
+        """A new child, counted (the caller holds no lock)."""
+        try:
+            child = _Child()
+        except OSError as exc:
+            raise JudgeError(f"cannot start a math-verify worker: {exc}") from None
+        with self._cond:
+            self._alive.add(child)
+        return child
+
     def _take(self) -> _Child:
         with self._cond:
             if self._pid != os.getpid():  # forked: the children belong to the parent
-                self._idle, self._count, self._pid = [], 0, os.getpid()
-            while not self._idle and self._count >= self.max_workers:
+                self._idle, self._alive, self._starting, self._pid = [], set(), 0, os.getpid()
+            while not self._idle and not self._room():
                 self._cond.wait()
             if self._idle:
                 return self._idle.pop()
-            self._count += 1
+            self._starting += 1  # holds the slot while the child starts
         try:
-            return _Child()
-        except OSError as exc:
-            self._drop()
-            raise JudgeError(f"cannot start a math-verify worker: {exc}") from None
+            return self._spawn()
+        finally:
+            with self._cond:
+                self._starting -= 1
+                self._cond.notify()
 
-    def _drop(self) -> None:
-        with self._cond:
-            self._count -= 1
-            self._cond.notify()
+    def _room(self) -> bool:
+        """Whether another child may start (call with the lock held)."""
+        return len(self._alive) + self._starting < self.max_workers
 
     def verify(self, gold: str, answer: str, timeout_s: float) -> bool:
         """Whether math-verify finds ``answer`` equal to ``gold`` (both with math delimiters).
@@ -182,36 +201,44 @@ class VerifyPool:
             if isinstance(exc, VerifyFailed) and child.alive():  # it answered with an error: still in step
                 self._give_back(child)
             else:  # dead, hung, or interrupted mid-request (its next line would answer the wrong question)
-                child.kill()
+                self._discard(child)
                 self._replace()
             raise
         self._give_back(child)
         return result
 
+    def _discard(self, child: _Child) -> None:
+        child.kill()
+        with self._cond:
+            self._alive.discard(child)
+            self._cond.notify()
+
     def _replace(self) -> None:
         """Start a child in place of a killed one, so the next request need not wait for its import."""
-        try:
-            fresh = _Child()
-        except OSError:
-            self._drop()
-            return
         with self._cond:
-            if self._pid == os.getpid():
-                self._idle.append(fresh)
-            self._cond.notify()
+            if not self._room():
+                return
+            self._starting += 1
+        try:
+            self._give_back(self._spawn())
+        except JudgeError:
+            return  # the next request tries again, and reports it
+        finally:
+            with self._cond:
+                self._starting -= 1
 
     def _give_back(self, child: _Child) -> None:
         with self._cond:
-            if self._pid == os.getpid():
+            if self._pid == os.getpid() and child in self._alive:
                 self._idle.append(child)
             self._cond.notify()
 
     def close(self) -> None:
-        """Kill every idle child (busy ones are killed by their own deadline)."""
+        """Kill every child, idle or busy (a busy request then fails as a dead child)."""
         with self._cond:
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-        for child in idle:
+            children, self._alive, self._idle = set(self._alive), set(), []
+            self._cond.notify_all()
+        for child in children:
             child.kill()
 
 

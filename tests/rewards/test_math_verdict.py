@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -231,3 +232,38 @@ def _one_digit_off(gold: str) -> str:
 @pytest.mark.parametrize("gold", [g for g in GOLDS if any(c.isdigit() for c in g)])
 def test_the_gold_with_one_digit_changed_is_rejected(gold: str) -> None:
     assert not math_equal(gold, _one_digit_off(gold)), _one_digit_off(gold)
+
+
+def test_threads_checking_at_once_each_get_their_own_verdicts() -> None:
+    """More threads than children, hostile and honest answers mixed: no verdict answers another question."""
+    jobs = [
+        ("5", "9^{9^{9^{9}}}", False),
+        ("\\sqrt{12}", "2\\sqrt{3}", True),
+        ("x^2+1", "1+x^2", True),
+        ("x^2", "x^3", False),
+    ]
+    got: dict[int, list[bool]] = {}
+
+    def grade(k: int) -> None:
+        got[k] = [math_equal(g, a, timeout_s=1.0) for g, a, _ in jobs[k % 4 :] + jobs[: k % 4]]
+
+    threads = [threading.Thread(target=grade, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    want = [ok for _, _, ok in jobs]
+    assert {k: v for k, v in got.items()} == {k: want[k % 4 :] + want[: k % 4] for k in range(4)}
+
+
+def test_a_hung_child_left_alone_dies_on_its_own_alarm() -> None:
+    """The backstop for a child whose parent is gone mid-check: SIGALRM ends it, GIL or not."""
+    child = math_worker._Child()
+    try:
+        child.wait_ready()
+        assert child.proc.stdin is not None
+        child.proc.stdin.write(b'["$5$", "$9^{9^{9^{9}}}$", 1]\n')
+        child.proc.stdin.flush()
+        assert child.proc.wait(timeout=30) == -signal.SIGALRM
+    finally:
+        child.kill()
