@@ -11,7 +11,8 @@ id                          term      scope   score
                                               0.5 if it executes without error, in [0, 1]
 ``rule/sql_schema_link``    schema    final   Jaccard overlap of the tables and columns used
                                               by the submitted and the gold query, in [0, 1]
-``rule/sql_result_overlap`` overlap   final   F1 of the result rows (as multisets), in [0, 1]
+``rule/sql_result_overlap`` overlap   final   F1 of the result rows (as multisets, columns
+                                              lined up with the gold's), in [0, 1]
 ``rule/sql_explore``        explore   turn    fraction of this turn's tool calls that
                                               succeeded and repeat no earlier call, in [0, 1]
 ==========================  ========  ======  ==============================================
@@ -47,6 +48,7 @@ from prm_gym.rewards.sql_results import (
     ResultLimits,
     ResultTooLarge,
     Rows,
+    aligned_columns,
     fetch_rows,
     repair_spacing,
     results_match,
@@ -285,7 +287,8 @@ class SchemaLinkJudge(_SQLJudge):
 
 
 class ResultOverlapJudge(_SQLJudge):
-    """F1 of the submitted query's result rows against the gold rows, as multisets."""
+    """F1 of the submitted query's result rows against the gold rows, as multisets, with the
+    submitted columns lined up with the gold's first (:func:`~prm_gym.rewards.sql_results.aligned_columns`)."""
 
     name = "rule/sql_result_overlap"
     term = "overlap"
@@ -295,7 +298,7 @@ class ResultOverlapJudge(_SQLJudge):
         pred, why = DATABASES.predicted(turn, self.timeout_s, self.limits)
         if pred is None:
             return Verdict(0.0, detail=why)
-        return Verdict(row_f1(gold, pred))
+        return Verdict(max(row_f1(gold, pred), row_f1(gold, aligned_columns(gold, pred))))
 
 
 class ExploreJudge(_SQLJudge):

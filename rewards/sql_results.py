@@ -6,6 +6,7 @@
 * :class:`ByteLRU` is a least-recently-used cache bounded by the bytes of what it holds.
 * :func:`results_match` is Spider's test-suite execution match: the prediction's columns may be
   the gold's in another order, and rows compare as multisets unless the gold orders its output.
+* :func:`aligned_columns` lines a prediction's columns up with the gold's for partial credit.
 * :func:`repair_spacing` joins the spacing typos Spider's evaluation repairs (``> =``, ``< =``,
   ``! =``) outside string literals.
 """
@@ -188,6 +189,26 @@ def _column_orders(gold: Rows, pred: Rows, distinct: bool) -> Iterator[tuple[int
                 chosen.pop()
 
     yield from extend(0)
+
+
+def aligned_columns(gold: Rows, pred: Rows) -> Rows:
+    """``pred`` with its columns reordered to best line up with the gold's (for partial credit).
+
+    Each gold column, in turn, takes the unused predicted column whose values overlap it most
+    (as multisets); results of different widths, or empty ones, come back unchanged.
+    """
+    if not gold or not pred or len(gold[0]) != len(pred[0]) or len(pred[0]) < 2:
+        return pred
+    n = len(gold[0])
+    gold_cols = [Counter(r[i] for r in gold) for i in range(n)]
+    pred_cols = [Counter(r[j] for r in pred) for j in range(n)]
+    order: list[int] = []
+    for i in range(n):
+        free = [j for j in range(n) if j not in order]
+        order.append(max(free, key=lambda j: (sum((gold_cols[i] & pred_cols[j]).values()), j == i)))
+    if order == list(range(n)):
+        return pred
+    return tuple(tuple(r[j] for j in order) for r in pred)
 
 
 def results_match(gold: Rows, pred: Rows, *, ordered: bool = False, mode: MatchMode = "multiset") -> bool:

@@ -246,3 +246,10 @@ def test_result_bounds_are_knobs(db_path: Path) -> None:
     assert verdict.score == 0.0 and "more than 2 rows" in verdict.detail
     with pytest.raises(JudgeError, match="max_rows"):  # a gold result past the bound names the knob
         score_batch(make_judge("rule/execution_match", max_rows=2), [_turn(db_path, gold, pred)])
+
+
+def test_partial_credit_lines_the_columns_up_like_execution_match(db_path: Path) -> None:
+    gold = "SELECT name, city FROM customers"
+    assert _score("rule/sql_result_overlap", db_path, gold, "SELECT city, name FROM customers") == 1.0
+    two_of_three = "SELECT city, name FROM customers WHERE id < 3"
+    assert _score("rule/sql_result_overlap", db_path, gold, two_of_three) == pytest.approx(0.8)
