@@ -171,6 +171,7 @@ def test_hostile_answers_get_a_verdict_within_the_limit_off_the_main_thread() ->
     results: list[tuple[bool, str, float]] = []
 
     def grade() -> None:
+        math_equal("x+1", "1+x")  # a child started (its import is not part of any deadline)
         for answer in [*HOSTILE, "\\frac{15}{7}", "2\\sqrt{3}"]:
             gold = {"\\frac{15}{7}": "15/7", "2\\sqrt{3}": "\\sqrt{12}"}.get(answer, "5")
             start = time.monotonic()
@@ -182,7 +183,8 @@ def test_hostile_answers_get_a_verdict_within_the_limit_off_the_main_thread() ->
     worker.join(120)
     assert not worker.is_alive(), "a hostile answer hung the verifier"
     assert [ok for ok, _, _ in results] == [False] * len(HOSTILE) + [True, True], results
-    assert all(elapsed < limit + 8.0 for _, _, elapsed in results), results
+    # the limit, plus killing the child and the start of its replacement (begun right after the kill)
+    assert all(elapsed < limit + 5.0 for _, _, elapsed in results), results
     assert "stopped" in results[0][1] and "too long" in results[1][1]
 
 
