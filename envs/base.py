@@ -199,7 +199,8 @@ class ToolEnv(gym.Env[str, str]):
             raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
         parsed = parse_action(action, answer_tag=self.answer_tag, max_chars=self.max_action_chars)
         ok = not parsed.issues
-        results = self._run_tools(parsed.tool_calls) if ok and parsed.tool_calls else []
+        recorded = self._replaying.popleft() if self._replaying is not None else None  # fork() replay
+        results = self._run_tools(parsed.tool_calls, recorded) if ok and parsed.tool_calls else []
         terminated = ok and parsed.answer is not None
         index = len(self._actions)
         truncated = not terminated and index + 1 >= self.max_turns
@@ -271,11 +272,10 @@ class ToolEnv(gym.Env[str, str]):
         super().close()
 
     # ----------------------------------------------------------------- internals
-    def _run_tools(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
-        """Run this turn's calls, or during :meth:`fork` replay take the recorded results."""
-        if self._replaying is None:
+    def _run_tools(self, calls: Sequence[ToolCall], recorded: tuple[ToolResult, ...] | None) -> list[ToolResult]:
+        """Run this turn's calls, or during :meth:`fork` replay take the ``recorded`` results."""
+        if recorded is None:
             return [self._call_tool(c) for c in calls]
-        recorded = self._replaying.popleft()
         if len(recorded) != len(calls):
             raise RuntimeError(f"fork replay: a turn recorded {len(recorded)} tool results for {len(calls)} calls")
         for call, result in zip(calls, recorded, strict=True):

@@ -143,9 +143,11 @@ def test_fork_reuses_recorded_tool_outputs_instead_of_running_tools_again() -> N
         counter["n"] += step
         return f"counter is now {counter['n']}"
 
-    env = CustomToolEnv([bump], [{"id": "t", "prompt": "bump it", "answer": "3"}], tool_timeout_s=None)
+    env = CustomToolEnv([bump], [{"id": "t", "prompt": "bump it", "answer": "3"}], tool_timeout_s=None, max_turns=9)
     env.reset(seed=0)
+    env.step("thinking first")  # a turn without calls between turns with them
     env.step(format_tool_call("bump", {"step": 1}))
+    env.step("<tool_call>{broken</tool_call>")
     obs2, *_ = env.step(format_tool_call("bump", {"step": 2}))
     assert counter["n"] == 3
     clone = env.fork()
