@@ -2,7 +2,7 @@
 
 :func:`clean` turns a submitted or gold answer into the LaTeX a grader compares: the last
 ``\\boxed{}`` taken out, math delimiters, bold markers, ``\\text{}``, ``\\$``, degree and percent
-signs, trailing unit words and a trailing period dropped, ``\\dfrac``/``\\tfrac`` read as
+signs, a trailing ``\\text{ unit}`` and a trailing period dropped, ``\\dfrac``/``\\tfrac`` read as
 ``\\frac``, and thousands separators (``10,\\!080``, a thin or non-breaking space) joined.
 An ASCII space between two digits is kept: ``1 8`` is two numbers, never 18.
 
@@ -30,10 +30,15 @@ _MIXED = re.compile(r"([-+]?\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _TIMES_TEN = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?")
 _WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mbox", "emph", "textnormal")
 _WRAPPED = re.compile(rf"\\(?:{'|'.join(_WRAPPERS)})\s*\{{([^{{}}]*)\}}")
-_TRAILING_UNIT = re.compile(rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*\{{\s*[A-Za-z][A-Za-z .^\d/]*\}}(?:\^\{{?\d+\}}?)?\s*$")
-_UNIT_WORDS = re.compile(r"^(.*?\d(?:\})?)\s+([A-Za-z][A-Za-z.]*(?:\s+[A-Za-z][A-Za-z.]*){0,3})$")
-_SCALE_WORDS = frozenset({"hundred", "thousand", "million", "billion", "trillion", "times"})
-_LOOSE_DIGITS = re.compile(r"\d\s+[-+]?\.?\d")
+_UNIT_TEXT = r"\{\s*[A-Za-z][A-Za-z .^\d/]*\}(?:\s*\^\s*\{?\d+\}?)?"  # {cm}, { square feet}, {cm}^2
+_TRAILING_UNIT = re.compile(rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*{_UNIT_TEXT}\s*$")
+_UNIT_WORDS = re.compile(r"(.*?\d\}?)\s+([A-Za-z][A-Za-z.]+(?:\s+[A-Za-z][A-Za-z.]*){0,3})")
+#: Words after a number that are mathematics or scale, never a unit.
+_NOT_UNITS = frozenset(
+    {"hundred", "thousand", "million", "billion", "trillion", "times", "plus", "minus", "over", "divided", "and", "or"}
+    | {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "mod", "deg", "rad", "dx", "dy"}
+)
+_LOOSE_DIGITS = re.compile(r"\d\s+\.?\d")
 _DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "^{\\circ}", "^\\circ", "\\circ", "°", "\\%", "%", "\\$")
 
 
@@ -100,9 +105,6 @@ def clean(text: str) -> str:
     if (text.startswith("$") and text[1:2].isdigit()) or text.startswith("-$"):
         text = text.replace("$", "", 1)
     text = _TRAILING_UNIT.sub("", text) if not _TRAILING_UNIT.fullmatch(text) else text
-    words = _UNIT_WORDS.fullmatch(text)
-    if words and words.group(2).split()[0].lower() not in _SCALE_WORDS and number(words.group(1)) is not None:
-        text = words.group(1)
     text = _WRAPPED.sub(lambda m: m.group(1), text)
     text = re.sub(rf"(?:{_SPACE_MACROS})", " ", text)
     return " ".join(text.split())
@@ -133,6 +135,16 @@ def number(text: str) -> Fraction | None:
     except (ValueError, ZeroDivisionError, OverflowError):
         return None
     return None
+
+
+def unit_number(text: str) -> Fraction | None:
+    """The number in ``text`` (cleaned) when it is one number followed by unit words (``18 dollars``,
+    ``3.5 square feet``): words of two or more letters, none of them mathematics (``2 pi``, ``3 x``
+    and ``5 sin`` are not units). Used only against a gold answer that is a number."""
+    m = _UNIT_WORDS.fullmatch(text)
+    if m is None or any(w.lower().rstrip(".") in _NOT_UNITS for w in m.group(2).split()):
+        return None
+    return number(m.group(1))
 
 
 def loose_digits(text: str) -> bool:
@@ -169,7 +181,7 @@ def grader_key(text: str) -> str:
     if len(s.split("=")) == 2 and len(s.split("=")[0].strip()) <= 2:
         s = s.split("=")[1].strip()
     s = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", s)
-    s = re.sub(r"(\d)\s+(?=[-+]?\.?\d)", "\\1\x00", s)  # digits apart stay apart
+    s = re.sub(r"(\d)\s+(?=\.?\d)", "\\1\x00", s)  # digits apart stay apart
     s = s.replace(" ", "").replace("\x00", " ")
     s = s.replace("{.", "{0.")
     if s.startswith("."):

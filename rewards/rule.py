@@ -112,6 +112,8 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
         return g == a, "exact number"
     gc, ac = _gold_clean(gold), math_norm.clean(answer)
     gn, an = math_norm.number(gc), math_norm.number(ac)
+    if gn is not None and an is None:  # a number asked for: one number with unit words counts
+        an = math_norm.unit_number(ac)
     if gn is not None and an is not None:
         return gn == an, "exact number"
     if math_norm.loose_digits(ac) != math_norm.loose_digits(gc):

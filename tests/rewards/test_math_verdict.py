@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import re
 import signal
 import subprocess
@@ -130,6 +132,12 @@ TABLE = [
     ("\\text{Evelyn}", "\\text{Bob}", False),
     ("1.5", "1.5 million", False),
     ("3", "", False),
+    ("3", "3 x", False),  # a variable, not a unit
+    ("2", "2 pi", False),
+    ("5", "5 sin", False),
+    ("3y", "3 y", True),
+    ("18", "3.5 square feet", False),
+    ("3.5", "3.5 square feet", True),
     ("5", "1e999999999", False),  # no 10**999999999 computed in-process
     ("1000", "1e3", True),
 ]
@@ -269,3 +277,28 @@ def test_a_hung_child_left_alone_dies_on_its_own_alarm() -> None:
         assert child.proc.wait(timeout=30) == -signal.SIGALRM
     finally:
         child.kill()
+
+
+_TOKENS = ["1", "2", "3", "x", "y", "+", "-", "\\frac{1}{2}", "\\sqrt{3}", "\\pi", "(", ")", "^2", "^{3}", ","]
+_TOKENS += ["i", "e", "\\cdot", "=", "m", "cm", "\\text{cm}", "pi", "ab"]
+
+
+def _spaced(tokens: list[str], rng: random.Random) -> str:
+    """``tokens`` joined, with spaces put where the MATH grader ignores them (never digit|digit, letter|letter)."""
+    out = tokens[0]
+    for a, b in itertools.pairwise(tokens):
+        apart = (a[-1].isdigit() and b[0].isdigit()) or (a[-1].isalpha() and b[0].isalpha())
+        out += (" " if not apart and rng.random() < 0.5 else "") + b
+    return out
+
+
+def test_spacing_the_grader_ignores_never_changes_the_verdict() -> None:
+    """Random expressions against themselves with spaces added: wherever the MATH grader accepts, so do we."""
+    rng = random.Random(0)
+    rejected = []
+    for _ in range(1500):
+        tokens = [rng.choice(_TOKENS) for _ in range(rng.randint(1, 5))]
+        gold, answer = "".join(tokens), _spaced(tokens, rng)
+        if ref_is_equiv(gold, answer) and not math_equal(gold, answer, timeout_s=2.0):
+            rejected.append((gold, answer))
+    assert rejected == []
