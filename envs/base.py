@@ -9,8 +9,10 @@ class implements the contract of DESIGN.md once:
 * the observation is the new text the env adds: the task prompt at :meth:`reset`, then tool
   results wrapped in ``<tool_response>`` (which agents may not imitate);
 * ``reward`` is the sum of the turn's weighted terms, each also reported as ``info["reward_<term>"]``;
-  per-judge diagnostics go to ``info["judge"][<id>]``; a failing judge or tool infrastructure
-  sets ``info["reward_status"] = "infra_error"`` instead of scoring the agent;
+  per-judge diagnostics go to ``info["judge"][<id>]``; a failure of an outside service (a judge
+  or tool raising :class:`~prm_gym.core.errors.InfraError`: HTTP, sandbox, retriever, deadline)
+  sets ``info["reward_status"] = "infra_error"`` instead of scoring the agent, while any other
+  exception from a judge is a bug in our code and propagates out of :meth:`step`;
 * ``reset(options={"task_id": ...})`` pins a task; :meth:`fork` copies an episode at a turn
   boundary by replaying its actions (verdicts are memoised by content hash and shared).
 """
@@ -25,6 +27,7 @@ import marshal
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -134,6 +137,8 @@ class ToolEnv(gym.Env[str, str]):
         self._done = True
         self._closed = False
         self._actions: list[str] = []
+        self._tool_log: list[tuple[ToolResult, ...]] = []  # each turn's tool results, reused by fork()
+        self._replaying: deque[tuple[ToolResult, ...]] | None = None
         self._history: list[tuple[str, str]] = []
         self._episode_rng_state: dict[str, Any] | None = None
 
@@ -147,6 +152,14 @@ class ToolEnv(gym.Env[str, str]):
 
     def end_episode(self) -> None:
         """Release per-episode resources; must be idempotent."""
+
+    def replay_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+        """Called by :meth:`fork` for each recorded tool call instead of running the tool again.
+
+        Tools are never re-run on replay (a write, a counter, an external call would happen
+        twice); an env whose tools also update the env's own bookkeeping (passages seen, say)
+        redoes that here from the recorded ``result``. The default does nothing.
+        """
 
     # ----------------------------------------------------------------- public API
     @property
@@ -176,7 +189,7 @@ class ToolEnv(gym.Env[str, str]):
     def _begin(self, task: Task) -> tuple[str, dict[str, Any]]:
         self.end_episode()
         self._task, self._done = task, False
-        self._actions, self._history = [], []
+        self._actions, self._history, self._tool_log = [], [], []
         self.start_episode(task)
         obs = cap_text(self.prompt(task), MAX_OBS_CHARS)
         return obs, {"task_id": task.id, "turn": 0, "tools": self.tool_schemas}
@@ -186,7 +199,8 @@ class ToolEnv(gym.Env[str, str]):
             raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
         parsed = parse_action(action, answer_tag=self.answer_tag, max_chars=self.max_action_chars)
         ok = not parsed.issues
-        results = [self._call_tool(c) for c in parsed.tool_calls] if ok and parsed.tool_calls else []
+        recorded = self._replaying.popleft() if self._replaying is not None else None  # fork() replay
+        results = self._run_tools(parsed.tool_calls, recorded) if ok and parsed.tool_calls else []
         terminated = ok and parsed.answer is not None
         index = len(self._actions)
         truncated = not terminated and index + 1 >= self.max_turns
@@ -195,6 +209,7 @@ class ToolEnv(gym.Env[str, str]):
         terms, judge_info, judge_failed = self._judge(turn)
         infra = judge_failed or (bool(results) and any(r.infra_error for r in results))
         self._actions.append(parsed.text)
+        self._tool_log.append(tuple(results))
         self._history.append((parsed.text, obs))
         self._done = terminated or truncated
         info: dict[str, Any] = {key: terms[term] for term, key in self._term_keys}
@@ -219,8 +234,10 @@ class ToolEnv(gym.Env[str, str]):
     def fork(self) -> Self:
         """A new env at this env's current turn boundary, built by replaying its actions.
 
-        The copy has the same constructor arguments, task and RNG state; judge verdicts are
-        memoised by content hash and shared, so replayed turns cost no judge calls.
+        The copy has the same constructor arguments, task and RNG state. Replay reuses the
+        recorded tool results instead of calling the tools again (tools may have side effects;
+        see :meth:`replay_tool_result`), and judge verdicts are memoised by content hash and
+        shared, so replayed turns cost no tool or judge calls.
         """
         if self._task is None or self._episode_rng_state is None:
             raise gym.error.ResetNeeded("fork() needs a started episode; call reset() first.")
@@ -231,8 +248,12 @@ class ToolEnv(gym.Env[str, str]):
         clone._np_random.bit_generator.state = copy.deepcopy(self._episode_rng_state)
         clone._episode_rng_state = copy.deepcopy(self._episode_rng_state)
         clone._begin(self._task)
-        for action in self._actions:
-            clone.step(action)
+        clone._replaying = deque(self._tool_log)
+        try:
+            for action in self._actions:
+                clone.step(action)
+        finally:
+            clone._replaying = None
         return clone
 
     def render(self) -> str | None:
@@ -251,6 +272,16 @@ class ToolEnv(gym.Env[str, str]):
         super().close()
 
     # ----------------------------------------------------------------- internals
+    def _run_tools(self, calls: Sequence[ToolCall], recorded: tuple[ToolResult, ...] | None) -> list[ToolResult]:
+        """Run this turn's calls, or during :meth:`fork` replay take the ``recorded`` results."""
+        if recorded is None:
+            return [self._call_tool(c) for c in calls]
+        if len(recorded) != len(calls):
+            raise RuntimeError(f"fork replay: a turn recorded {len(recorded)} tool results for {len(calls)} calls")
+        for call, result in zip(calls, recorded, strict=True):
+            self.replay_tool_result(call, result)
+        return list(recorded)
+
     def _call_tool(self, call: ToolCall) -> ToolResult:
         tool = self.tools.get(call.name)
         if tool is None:
@@ -310,10 +341,15 @@ class ToolEnv(gym.Env[str, str]):
                         verdict = self._remember((name, key), _checked(name, scorer(turn)))
                 else:
                     verdict = _checked(name, scorer(turn))
-            except Exception as exc:  # a judge failure is infrastructure, never the agent's score
+            except InfraError as exc:  # an outside service failed: infrastructure, never the agent's score
                 failed = True
                 info[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 continue
+            except Exception as exc:  # a bug in our own judge code: neither the agent's score nor infra
+                exc.add_note(
+                    f"raised by judge {name!r} on task {turn.task.id!r}, turn {turn.index + 1}: a bug in the judge"
+                )
+                raise
             terms[term] += weight * verdict.score
             info[name] = verdict.as_info()
         return terms, info, failed

@@ -5,19 +5,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.parsing import ToolCall
 from prm_gym.core.tasks import Task, TaskSet, as_task_set
-from prm_gym.core.tools import Tool
+from prm_gym.core.tools import Tool, ToolResult
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.search_index import BM25Index, Passage, Retriever, open_retriever
 from prm_gym.envs.search_index.protocol import check_query
 from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
 from prm_gym.rewards.combine import JudgeSpec
 
+_DOC_ID = re.compile(r"^Doc \d+ \[id=([^\]\n]*)\] Title: ", re.MULTILINE)
 #: Bumped whenever the generated world or the index format changes (invalidates caches).
 WORLD_VERSION = "1"
 
@@ -163,6 +166,16 @@ class SearchEnv(ToolEnv):
         self._seen.update(p.id for p in passages)
         self._recall = self._gold_recall()
         return format_passages(passages)
+
+    def replay_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+        """Fork replay: count the recorded search's passages as seen, without searching again."""
+        if not result.ok:
+            return
+        ids = _DOC_ID.findall(result.output)
+        calls, count = self._turn_stats
+        self._turn_stats = (calls + 1, count + len(ids))
+        self._seen.update(ids)
+        self._recall = self._gold_recall()
 
     def start_episode(self, task: Task) -> None:
         self._seen = set()

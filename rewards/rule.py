@@ -3,9 +3,11 @@
 =====================  =======  ======  ==========================================
 id                     term     scope   score
 =====================  =======  ======  ==========================================
-``rule/math_equiv``    outcome  final   1.0 if the answer equals the gold (math-verify), else 0.0
+``rule/math_equiv``    outcome  final   1.0 if the answer equals the gold (exact numbers, the MATH
+                                        grader's normalisation, math-verify), else 0.0
 ``rule/exact_match``   outcome  final   1.0 if the normalised answer equals a gold answer
-``rule/f1``            outcome  final   best SQuAD token F1 against the gold answers, in [0, 1]
+``rule/f1``            outcome  final   best SQuAD v1.1 token F1 against the gold answers, in [0, 1]
+                                        (``mode="hotpotqa"``: HotpotQA's yes/no/noanswer rule)
 ``rule/format``        format   turn    0.0 if the turn parsed cleanly, -1.0 otherwise
 ``rule/tool``          tool     turn    minus the fraction of this turn's tool calls that failed
                                         through the agent's fault, in [-1, 0]
@@ -14,32 +16,28 @@ id                     term     scope   score
 
 from __future__ import annotations
 
-import logging
 import re
 import string
 import unicodedata
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from prm_gym.core.errors import JudgeError
+from prm_gym.core.errors import ConfigError
+from prm_gym.rewards import math_norm, math_worker
 from prm_gym.rewards.protocol import TurnJudge
 from prm_gym.rewards.types import Turn, Verdict
 
-logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-# math-verify's own timeouts use SIGALRM, which only works on the main thread. We disable them
-# and bound the call with a worker thread instead, so verification works from any thread.
-_VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="math-verify")
-
-
 _NUMBER_RE = re.compile(r"[-+]?\d+(?:\.\d+)?|[-+]?\d+/\d+")
+_THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = ("a", "an", "the")
 _ARTICLES_RE = re.compile(rf"\b({'|'.join(_ARTICLES)})\b")
+#: Longest cleaned answer that reaches sympy, and deepest bracket nesting: past either the answer is
+#: scored wrong without a symbolic check (no grader answer is that long or that deep).
+MAX_SYMBOLIC_CHARS = 1000
+MAX_SYMBOLIC_DEPTH = 40
 
 
 def _integer(s: str) -> int | str:
@@ -55,10 +53,16 @@ def _integer(s: str) -> int | str:
 
 
 def _plain_number(text: str) -> Fraction | int | str | None:
-    """``text`` as an exact number when it is a plain integer, decimal or fraction, else None."""
+    """``text`` as an exact number when it is a plain integer, decimal or fraction, else None.
+
+    Commas count only as thousands separators (``1,203``, never ``1,2``); a space is never
+    removed (``1 8`` is two numbers, not 18).
+    """
     if text.isdecimal():  # the usual answer: digits alone
         return _integer(text)
-    s = text.strip().strip("$").replace(",", "").replace(" ", "")
+    s = text.strip().strip("$")
+    if _THOUSANDS_RE.fullmatch(s):
+        s = s.replace(",", "")
     if s.isdecimal() or (s[:1] in ("+", "-") and s[1:].isdecimal()):  # an integer: no Fraction needed
         return _integer(s)
     if _NUMBER_RE.fullmatch(s):
@@ -69,38 +73,69 @@ def _plain_number(text: str) -> Fraction | int | str | None:
     return None
 
 
-#: Gold answers repeat every episode of a task: parsed once (submitted answers are not cached).
+#: Gold answers repeat every episode of a task: parsed and cleaned once (submitted answers are not cached).
 _gold_number = lru_cache(maxsize=65_536)(_plain_number)
+_gold_clean = lru_cache(maxsize=65_536)(math_norm.clean)
 
 
-def _math_verify(gold: str, answer: str) -> bool:
-    from math_verify import parse, verify
+def _too_complex(text: str) -> str | None:
+    """Why ``text`` may not reach sympy (too long, nested too deep), or None."""
+    if len(text) > MAX_SYMBOLIC_CHARS:
+        return f"answer too long for a symbolic check ({len(text)} > {MAX_SYMBOLIC_CHARS} characters)"
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    if deepest > MAX_SYMBOLIC_DEPTH:
+        return f"answer nested too deep for a symbolic check ({deepest} > {MAX_SYMBOLIC_DEPTH} levels)"
+    return None
 
-    g = parse(gold if "$" in gold or "\\" in gold else f"${gold}$", parsing_timeout=None)
-    a = parse(answer if "$" in answer or "\\" in answer else f"${answer}$", parsing_timeout=None)
-    if not g or not a:
-        return False
-    return bool(verify(g, a, timeout_seconds=None))
 
+def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Whether ``answer`` equals ``gold``, and why.
 
-def math_equal(gold: str, answer: str, timeout_s: float = 5.0) -> bool:
-    """True when ``answer`` is mathematically equal to ``gold``.
-
-    Plain numbers (``12``, ``-3.5``, ``7/2``) are compared exactly as fractions; anything else
-    goes through math-verify in a worker thread bounded by ``timeout_s``.
+    In order: plain numbers compare exactly as fractions; both sides are cleaned
+    (:func:`prm_gym.rewards.math_norm.clean`) and compared as exact numbers, then by the MATH
+    grader's normalised string; only what is left goes to math-verify, in a child process killed
+    at ``timeout_s`` (:mod:`prm_gym.rewards.math_worker`), with math delimiters around both sides.
+    An answer that times out, crashes the check, or is too long or deep is the agent's: it scores
+    wrong, with the reason.
 
     Raises:
-        JudgeError: math-verify did not finish within ``timeout_s``.
+        JudgeError: the checking process could not be started (infrastructure).
     """
     g, a = _gold_number(gold), _plain_number(answer)
     if g is not None and a is not None:
-        return g == a
-    future = _VERIFY_POOL.submit(_math_verify, gold, answer)
+        return g == a, "exact number"
+    gc, ac = _gold_clean(gold), math_norm.clean(answer)
+    gn, an = math_norm.number(gc), math_norm.number(ac)
+    if gn is not None and an is None:  # a number asked for: one number with unit words counts
+        an = math_norm.unit_number(ac)
+    if gn is not None and an is not None:
+        return gn == an, "exact number"
+    if math_norm.loose_digits(ac) != math_norm.loose_digits(gc):
+        return False, "two numbers separated by a space"
+    if math_norm.grader_key(gc) == math_norm.grader_key(ac):
+        return True, "same normalised answer"
+    if not ac or not gc:
+        return False, "empty answer"
+    why = _too_complex(ac)
+    if why:
+        return False, why
     try:
-        return future.result(timeout=timeout_s)
-    except FutureTimeout:
-        future.cancel()
-        raise JudgeError(f"math-verify took longer than {timeout_s}s on answer {answer[:80]!r}") from None
+        return math_worker.POOL.verify(f"${gc}$", f"${ac}$", timeout_s), "math-verify"
+    except math_worker.VerifyTimeout:
+        return False, f"the symbolic check of the answer ran past {timeout_s}s and was stopped"
+    except math_worker.VerifyFailed as exc:
+        return False, f"the symbolic check failed on the answer: {exc}"[:200]
+
+
+def math_equal(gold: str, answer: str, timeout_s: float = 5.0) -> bool:
+    """True when ``answer`` is mathematically equal to ``gold`` (see :func:`math_verdict`)."""
+    return math_verdict(gold, answer, timeout_s)[0]
 
 
 def normalize_answer(text: str) -> str:
@@ -117,15 +152,26 @@ _normalized_gold = lru_cache(maxsize=65_536)(normalize_answer)
 
 
 def token_f1(gold: str, answer: str) -> float:
+    """SQuAD v1.1 token F1: 0.0 when no token is shared, so also when either side normalises to nothing."""
     g, a = normalize_answer(gold).split(), normalize_answer(answer).split()
-    common = Counter(g) & Counter(a)
-    same = sum(common.values())
-    if not g or not a:
-        return float(g == a)
+    same = sum((Counter(g) & Counter(a)).values())
     if same == 0:
         return 0.0
     p, r = same / len(a), same / len(g)
     return 2 * p * r / (p + r)
+
+
+#: Answers HotpotQA's official script scores all or nothing.
+HOTPOT_SPECIAL = frozenset({"yes", "no", "noanswer"})
+
+
+def hotpot_f1(gold: str, answer: str) -> float:
+    """HotpotQA's answer F1: token F1, except that ``yes``, ``no`` and ``noanswer`` on either side
+    score 0.0 unless both sides normalise to the same string."""
+    g, a = normalize_answer(gold), normalize_answer(answer)
+    if (a in HOTPOT_SPECIAL or g in HOTPOT_SPECIAL) and a != g:
+        return 0.0
+    return token_f1(gold, answer)
 
 
 def gold_answers(answer: Any) -> list[str]:
@@ -147,10 +193,11 @@ class _RuleJudge(TurnJudge):
 
 
 class MathEquivJudge(_RuleJudge):
-    """1.0 when the submitted answer equals the gold answer (math-verify), else 0.0.
+    """1.0 when the submitted answer equals the gold answer (see :func:`math_verdict`), else 0.0.
 
     Args:
-        timeout_s: bound on one verification; past it the judge raises ``JudgeError``.
+        timeout_s: bound on the symbolic check of one answer; an answer whose check runs past it
+            scores 0.0 (its ``detail`` says so): a pathological answer is the agent's.
     """
 
     name = "rule/math_equiv"
@@ -162,9 +209,14 @@ class MathEquivJudge(_RuleJudge):
         answer, gold = turn.parsed.answer, turn.task.answer
         if answer is None:
             return _NO_ANSWER
-        if isinstance(gold, str):  # one gold answer: the usual case
-            return _MATCH[math_equal(gold, answer, self.timeout_s)]
-        return _MATCH[any(math_equal(g, answer, self.timeout_s) for g in gold_answers(gold))]
+        if isinstance(gold, str) and gold.isdecimal() and answer.isdecimal():  # the usual case: digits alone
+            return _MATCH[_gold_number(gold) == _integer(answer)]
+        why = "no gold answer"
+        for g in gold_answers(gold):
+            ok, why = math_verdict(g, answer, self.timeout_s)
+            if ok:
+                return _MATCH[True]
+        return Verdict(0.0, detail=f"not equal ({why})")
 
 
 class ExactMatchJudge(_RuleJudge):
@@ -184,14 +236,25 @@ class ExactMatchJudge(_RuleJudge):
 
 
 class F1Judge(_RuleJudge):
-    """The best SQuAD token F1 of the answer against the gold answers, in [0, 1]."""
+    """The best token F1 of the answer against the gold answers, in [0, 1].
+
+    Args:
+        mode: ``"squad"`` (default: the SQuAD v1.1 script's F1) or ``"hotpotqa"`` (HotpotQA's
+            script: ``yes``/``no``/``noanswer`` score all or nothing).
+    """
 
     name = "rule/f1"
+
+    def __init__(self, mode: str = "squad"):
+        if mode not in ("squad", "hotpotqa"):
+            raise ConfigError(f"rule/f1: mode must be 'squad' or 'hotpotqa', got {mode!r}.")
+        self.mode = mode
+        self._f1 = token_f1 if mode == "squad" else hotpot_f1
 
     def score_one(self, turn: Turn) -> Verdict:
         if turn.answer is None:
             return _NO_ANSWER
-        return Verdict(max(token_f1(g, turn.answer) for g in gold_answers(turn.task.answer)))
+        return Verdict(max(self._f1(g, turn.answer) for g in gold_answers(turn.task.answer)))
 
 
 class FormatJudge(_RuleJudge):

@@ -4,43 +4,60 @@
 id                          term      scope   score
 ==========================  ========  ======  ==============================================
 ``rule/execution_match``    outcome   final   1.0 when the submitted query's result equals the
-                                              gold query's (multiset; ordered when the gold
-                                              query orders its output), else 0.0
+                                              gold query's (Spider's test-suite semantics:
+                                              columns in any order, rows a multiset, ordered
+                                              when the gold's outermost query orders), else 0.0
 ``rule/sql_syntax``         syntax    final   0.5 if sqlglot parses one read-only query, plus
                                               0.5 if it executes without error, in [0, 1]
 ``rule/sql_schema_link``    schema    final   Jaccard overlap of the tables and columns used
                                               by the submitted and the gold query, in [0, 1]
-``rule/sql_result_overlap`` overlap   final   F1 of the result rows (as multisets), in [0, 1]
+``rule/sql_result_overlap`` overlap   final   F1 of the result rows (as multisets, columns
+                                              lined up with the gold's), in [0, 1]
 ``rule/sql_explore``        explore   turn    fraction of this turn's tool calls that
                                               succeeded and repeat no earlier call, in [0, 1]
 ==========================  ========  ======  ==============================================
 
 The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`prm_gym.sandbox.sql_db`).
 A failure of the gold query or of the database raises :class:`prm_gym.core.errors.JudgeError` (an
-infrastructure failure); a submitted query that is broken, writes or times out scores 0.
+infrastructure failure); a submitted query that is broken, writes or times out scores 0. Both
+queries have Spider's spacing typos repaired first (``> =`` runs as ``>=``). Results are fetched
+and cached within bounds (:mod:`prm_gym.rewards.sql_results`): a submitted result past
+``max_rows`` rows or ``max_bytes`` bytes scores 0 with the reason, a gold result past them is a
+``JudgeError`` that names the knobs.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
-from prm_gym.core.errors import InfraError, JudgeError, ToolError
+from prm_gym.core.errors import ConfigError, InfraError, JudgeError, ToolError
 from prm_gym.core.parsing import parse_action
 from prm_gym.rewards.protocol import TurnJudge
+from prm_gym.rewards.sql_results import (
+    ByteLRU,
+    MatchMode,
+    ResultLimits,
+    ResultTooLarge,
+    Rows,
+    aligned_columns,
+    fetch_rows,
+    repair_spacing,
+    results_match,
+    rows_bytes,
+)
 from prm_gym.rewards.types import Turn, Verdict
 from prm_gym.sandbox.sql_db import Database
 from prm_gym.sandbox.sql_open import open_database
 
-MatchMode = Literal["multiset", "set"]
 _ORDER_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)
 _MAX_OPEN = 32
 
@@ -63,6 +80,7 @@ class SQLShape:
 
 def _shape(sql: str) -> SQLShape:
     """Parse ``sql`` once and read everything the judges need from the tree."""
+    sql = repair_spacing(sql)
     try:
         trees = sqlglot.parse(sql, read="sqlite")
     except Exception:
@@ -103,17 +121,13 @@ def rows_match(
     ordered: bool = False,
     mode: MatchMode = "multiset",
 ) -> bool:
-    """Whether two results are equal.
+    """Whether two results are equal (:func:`prm_gym.rewards.sql_results.results_match`).
 
     ``"multiset"`` compares rows with their multiplicities, in order when ``ordered``;
     ``"set"`` compares the sets of distinct rows (the semantics of skyrl-gym's SQL reward).
-    Values compare as Python values (``1 == 1.0``); column order matters.
+    Values compare as Python values (``1 == 1.0``); the columns may come in another order.
     """
-    if mode == "set":
-        return frozenset(gold) == frozenset(pred)
-    if ordered:
-        return list(gold) == list(pred)
-    return len(gold) == len(pred) and Counter(gold) == Counter(pred)
+    return results_match(tuple(gold), tuple(pred), ordered=ordered, mode=mode)
 
 
 def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
@@ -136,20 +150,15 @@ def _db_key(turn: Turn) -> str:
     return str(turn.task.meta.get("db_dsn") or turn.task.meta.get("db_path"))
 
 
-Rows = tuple[tuple[Any, ...], ...]
-
-
 class _Databases:
     """Per-thread open databases, a cache of gold results (they never change) and a small cache
     of submitted queries' results (the databases are read-only), so the judges of one turn run
-    the submitted query once between them."""
+    the submitted query once between them. Both caches are bounded by bytes held."""
 
-    def __init__(self, recent: int = 32) -> None:
+    def __init__(self, gold_bytes: int = 256 << 20, recent_bytes: int = 64 << 20) -> None:
         self._local = threading.local()
-        self._gold: dict[tuple[str, str], tuple[Rows, bool]] = {}
-        self._recent: OrderedDict[tuple[str, str, float], tuple[Rows | None, str]] = OrderedDict()
-        self._recent_max = recent
-        self._lock = threading.Lock()
+        self._gold: ByteLRU[tuple[str, str, ResultLimits], tuple[Rows, bool]] = ByteLRU(gold_bytes)
+        self._recent: ByteLRU[tuple[str, str, float, ResultLimits], tuple[Rows | None, str]] = ByteLRU(recent_bytes)
 
     def get(self, turn: Turn) -> Database:
         cache: dict[str, Database] = self._local.__dict__.setdefault("dbs", {})
@@ -163,18 +172,25 @@ class _Databases:
                 raise JudgeError(f"task {turn.task.id}: {exc}") from None
         return cache[key]
 
-    def gold(self, turn: Turn, timeout_s: float) -> tuple[Rows, bool]:
+    def gold(self, turn: Turn, timeout_s: float, limits: ResultLimits) -> tuple[Rows, bool]:
         db, gold_sql = self.get(turn), str(turn.task.answer)
-        key = (_db_key(turn), gold_sql)
-        if key not in self._gold:
+        key = (_db_key(turn), gold_sql, limits)
+        hit = self._gold.get(key)
+        if hit is None:
             try:
-                rows = db.query(gold_sql, timeout_s=timeout_s).rows
+                rows = fetch_rows(db, repair_spacing(gold_sql), timeout_s, limits)
             except (ToolError, InfraError) as exc:
                 raise JudgeError(f"task {turn.task.id}: the gold query failed: {exc}") from None
-            self._gold[key] = (rows, gold_orders(gold_sql))
-        return self._gold[key]
+            except ResultTooLarge as exc:
+                raise JudgeError(
+                    f"task {turn.task.id}: the gold query's result is too large to compare ({exc}); "
+                    "raise the judge's max_rows / max_bytes or fix the task."
+                ) from None
+            hit = (rows, gold_orders(gold_sql))
+            self._gold.put(key, hit, rows_bytes(rows))
+        return hit
 
-    def predicted(self, turn: Turn, timeout_s: float) -> tuple[Rows | None, str]:
+    def predicted(self, turn: Turn, timeout_s: float, limits: ResultLimits) -> tuple[Rows | None, str]:
         """The submitted query's rows, or None and why it failed (the agent's fault).
 
         Raises:
@@ -183,22 +199,19 @@ class _Databases:
         sql = turn.answer or ""
         if not sql.strip():
             return None, "empty query"
-        key = (_db_key(turn), sql, timeout_s)
-        with self._lock:
-            hit = self._recent.get(key)
-            if hit is not None:
-                self._recent.move_to_end(key)
-                return hit
+        key = (_db_key(turn), sql, timeout_s, limits)
+        hit = self._recent.get(key)
+        if hit is not None:
+            return hit
         try:
-            result: tuple[Rows | None, str] = (self.get(turn).query(sql, timeout_s=timeout_s).rows, "ok")
+            result: tuple[Rows | None, str] = (fetch_rows(self.get(turn), repair_spacing(sql), timeout_s, limits), "ok")
         except ToolError as exc:
             result = (None, str(exc)[:200])
+        except ResultTooLarge as exc:
+            result = (None, f"result too large to compare: {exc}")
         except InfraError as exc:
             raise JudgeError(f"task {turn.task.id}: {exc}") from None
-        with self._lock:
-            self._recent[key] = result
-            while len(self._recent) > self._recent_max:
-                self._recent.popitem(last=False)
+        self._recent.put(key, result, rows_bytes(result[0] or ()) + len(sql))
         return result
 
 
@@ -206,10 +219,15 @@ DATABASES = _Databases()
 
 
 class _SQLJudge(TurnJudge):
+    """Args: ``timeout_s`` per query; ``max_rows`` and ``max_bytes`` bound each result compared."""
+
     name = "rule/sql"
 
-    def __init__(self, timeout_s: float = 5.0):
+    def __init__(self, timeout_s: float = 5.0, max_rows: int = 100_000, max_bytes: int = 32 << 20):
+        if max_rows < 1 or max_bytes < 1:
+            raise ConfigError(f"{self.name}: max_rows and max_bytes must be >= 1, got {max_rows}, {max_bytes}.")
         self.timeout_s = timeout_s
+        self.limits = ResultLimits(max_rows, max_bytes)
 
 
 class ExecutionMatchJudge(_SQLJudge):
@@ -218,19 +236,23 @@ class ExecutionMatchJudge(_SQLJudge):
     Args:
         mode: ``"multiset"`` (default) or ``"set"`` (skyrl-gym / distinct-row semantics).
         timeout_s: time limit of each query.
+        max_rows, max_bytes: the most rows and bytes of one result compared; a submitted result
+            past either scores 0.0 with the reason.
     """
 
     name = "rule/execution_match"
 
-    def __init__(self, mode: MatchMode = "multiset", timeout_s: float = 5.0):
+    def __init__(
+        self, mode: MatchMode = "multiset", timeout_s: float = 5.0, max_rows: int = 100_000, max_bytes: int = 32 << 20
+    ):
         if mode not in ("multiset", "set"):
-            raise ValueError(f"mode must be 'multiset' or 'set', got {mode!r}.")
-        super().__init__(timeout_s)
+            raise ConfigError(f"rule/execution_match: mode must be 'multiset' or 'set', got {mode!r}.")
+        super().__init__(timeout_s, max_rows, max_bytes)
         self.mode: MatchMode = mode
 
     def score_one(self, turn: Turn) -> Verdict:
-        gold, ordered = DATABASES.gold(turn, self.timeout_s)
-        pred, why = DATABASES.predicted(turn, self.timeout_s)
+        gold, ordered = DATABASES.gold(turn, self.timeout_s, self.limits)
+        pred, why = DATABASES.predicted(turn, self.timeout_s, self.limits)
         if pred is None:
             return Verdict(0.0, detail=why)
         ok = rows_match(gold, pred, ordered=ordered, mode=self.mode)
@@ -246,7 +268,7 @@ class SyntaxJudge(_SQLJudge):
     def score_one(self, turn: Turn) -> Verdict:
         sql = turn.answer or ""
         parses = is_read_only_query(sql)
-        runs = parses and DATABASES.predicted(turn, self.timeout_s)[0] is not None
+        runs = parses and DATABASES.predicted(turn, self.timeout_s, self.limits)[0] is not None
         return Verdict(0.5 * parses + 0.5 * runs)
 
 
@@ -265,17 +287,18 @@ class SchemaLinkJudge(_SQLJudge):
 
 
 class ResultOverlapJudge(_SQLJudge):
-    """F1 of the submitted query's result rows against the gold rows, as multisets."""
+    """F1 of the submitted query's result rows against the gold rows, as multisets, with the
+    submitted columns lined up with the gold's first (:func:`~prm_gym.rewards.sql_results.aligned_columns`)."""
 
     name = "rule/sql_result_overlap"
     term = "overlap"
 
     def score_one(self, turn: Turn) -> Verdict:
-        gold, _ = DATABASES.gold(turn, self.timeout_s)
-        pred, why = DATABASES.predicted(turn, self.timeout_s)
+        gold, _ = DATABASES.gold(turn, self.timeout_s, self.limits)
+        pred, why = DATABASES.predicted(turn, self.timeout_s, self.limits)
         if pred is None:
             return Verdict(0.0, detail=why)
-        return Verdict(row_f1(gold, pred))
+        return Verdict(max(row_f1(gold, pred), row_f1(gold, aligned_columns(gold, pred))))
 
 
 class ExploreJudge(_SQLJudge):

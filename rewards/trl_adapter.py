@@ -17,8 +17,10 @@ Prompts and completions may be plain strings or conversations (lists of ``{"role
 messages, assistant ``tool_calls`` included). Each completion is judged as one final turn: its
 last assistant message is the action, earlier assistant/tool exchanges are the history.
 
-A judge that fails (:class:`prm_gym.core.errors.JudgeError`, any exception, a non-finite score) yields
-``None`` for that completion, never a 0.0, mirroring the env's ``reward_status="infra_error"``.
+A judge whose outside service fails (an :class:`prm_gym.core.errors.InfraError` such as
+:class:`~prm_gym.core.errors.JudgeError`, or a non-finite score) yields ``None`` for that
+completion, never a 0.0, mirroring the env's ``reward_status="infra_error"``. Any other exception
+is a bug in the judge and propagates, as it does out of ``env.step()``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from prm_gym.core.errors import InfraError
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.tasks import Task
 from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
@@ -140,7 +143,7 @@ class JudgeReward:
         """Scores in order; ``None`` where the judge failed. One batch call, per-turn on failure."""
         try:
             return [_finite(v.score) for v in score_batch(self.judge, list(turns))]
-        except Exception:
+        except InfraError:
             if len(turns) == 1:
                 return [None]
         out: list[float | None] = []

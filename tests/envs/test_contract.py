@@ -125,3 +125,64 @@ def test_every_reset_hands_out_its_own_copy_of_the_tool_schemas() -> None:
     assert again["tools"] == pristine and again["tools"] is not info["tools"]
     assert [t["function"]["name"] for t in pristine] == ["list_tables", "describe_table", "run_query"]
     env.close()
+
+
+def test_fork_reuses_recorded_tool_outputs_instead_of_running_tools_again() -> None:
+    """A tool with a side effect (a counter) runs once per call of the episode, never again on replay."""
+    from prm_gym.core.parsing import format_tool_call
+    from prm_gym.envs.custom import CustomToolEnv
+
+    counter = {"n": 0}
+
+    def bump(step: int) -> str:
+        """Add to the shared counter.
+
+        Args:
+            step: how much to add.
+        """
+        counter["n"] += step
+        return f"counter is now {counter['n']}"
+
+    env = CustomToolEnv([bump], [{"id": "t", "prompt": "bump it", "answer": "3"}], tool_timeout_s=None, max_turns=9)
+    env.reset(seed=0)
+    env.step("thinking first")  # a turn without calls between turns with them
+    env.step(format_tool_call("bump", {"step": 1}))
+    env.step("<tool_call>{broken</tool_call>")
+    obs2, *_ = env.step(format_tool_call("bump", {"step": 2}))
+    assert counter["n"] == 3
+    clone = env.fork()
+    assert counter["n"] == 3, "fork() re-ran a tool with a side effect"
+    assert clone.actions == env.actions and clone._history == env._history
+    fork_of_fork = clone.fork()
+    assert counter["n"] == 3 and fork_of_fork._history[-1][1] == obs2
+    obs, *_ = clone.step(format_tool_call("bump", {"step": 4}))  # after the replay, tools run for real
+    assert counter["n"] == 7 and "7" in obs
+    for e in (env, clone, fork_of_fork):
+        e.close()
+
+
+def test_a_bug_in_a_judge_raises_and_is_never_an_infra_error() -> None:
+    """A TypeError in our own judge code propagates out of step(); only InfraError is infra_error."""
+    from prm_gym.core.errors import RetrievalError
+    from prm_gym.rewards.registry import register_judge
+    from prm_gym.rewards.testing import FakeJudge
+
+    def buggy(turn: object) -> float:
+        return len(None)  # type: ignore[arg-type]  # a TypeError, as a bug would raise
+
+    def down(turn: object) -> float:
+        raise RetrievalError("retriever unreachable")
+
+    register_judge("test/buggy", lambda: FakeJudge("test/buggy", buggy), overwrite=True)
+    register_judge("test/down-infra", lambda: FakeJudge("test/down-infra", down), overwrite=True)
+    env = gym.make("prm/Math-v0", judge="rule/math_equiv + test/buggy").unwrapped
+    env.reset(seed=0)
+    with pytest.raises(TypeError) as caught:
+        env.step("thinking")
+    assert any("test/buggy" in note and "bug" in note for note in caught.value.__notes__)
+    env.close()
+    env = gym.make("prm/Math-v0", judge="rule/math_equiv + test/down-infra").unwrapped
+    env.reset(seed=0)
+    info = env.step("thinking")[4]
+    assert info["reward_status"] == "infra_error" and "RetrievalError" in info["judge"]["test/down-infra"]["error"]
+    env.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -166,3 +167,23 @@ def test_user_task_file_through_gym_make(tmp_path: Path) -> None:
     obs, info = env.reset(seed=0)
     assert info["task_id"] == "g1" and obs.startswith("What is 6 times 7?")
     assert env.step("<answer>42</answer>")[1] == 1.0
+
+
+def test_a_hostile_answer_ends_the_episode_scored_wrong_within_the_limit() -> None:
+    """The issue's reproduction: env.step on 9^{9^{9^{9}}} from a worker thread, a 2 s limit."""
+    env = gym.make("prm/Math-v0", judge_kwargs={"rule/math_equiv": {"timeout_s": 2.0}})
+    env.reset(seed=0)
+    out: list[tuple[float, dict, float]] = []
+
+    def step() -> None:
+        start = time.monotonic()
+        _, reward, _, _, info = env.step("<answer>9^{9^{9^{9}}}</answer>")
+        out.append((reward, info, time.monotonic() - start))
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    worker.join(60)
+    assert out, "env.step hung on a hostile answer"
+    reward, info, elapsed = out[0]
+    assert reward == 0.0 and info["reward_status"] == "ok" and elapsed < 2.0 + 5.0
+    env.close()

@@ -119,6 +119,43 @@ def test_fork_replays_the_episode(world_index: BM25Index) -> None:
     assert clone.step(format_answer("x"))[4]["turn"] == 2
 
 
+class _CountingRetriever:
+    """A retriever that counts its searches (the index it wraps is real)."""
+
+    name = "counting"
+
+    def __init__(self, index: BM25Index) -> None:
+        self.index, self.calls = index, 0
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        self.calls += 1
+        return self.index.search(query, k)
+
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
+        return [self.search(q, k) for q in queries]
+
+    def close(self) -> None:
+        pass
+
+
+def test_fork_reuses_recorded_passages_and_keeps_the_retrieval_state(world_index: BM25Index) -> None:
+    retriever = _CountingRetriever(world_index)
+    env = SearchEnv(index=retriever, num_tasks=20)
+    env.reset(seed=1)
+    task = env.task
+    assert task is not None
+    env.step(_search(task.prompt))
+    env.step(_search("river mountain"))
+    assert retriever.calls == 2
+    clone = env.fork()
+    assert retriever.calls == 2, "fork() searched again instead of reusing the recorded passages"
+    assert clone._seen == env._seen and clone._recall == env._recall
+    a, b = env.step(_search(task.prompt + " born")), clone.step(_search(task.prompt + " born"))
+    assert a[0] == b[0] and a[1] == b[1] and a[4]["retrieval"] == b[4]["retrieval"]
+    env.close()
+    clone.close()
+
+
 def test_judges_see_every_search_turn(world_index: BM25Index) -> None:
     from prm_gym.rewards.protocol import Scope
     from prm_gym.rewards.registry import register_judge

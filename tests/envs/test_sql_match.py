@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from prm_gym.rewards.sql_match import (
     rows_match,
     sql_shape,
 )
+from prm_gym.rewards.sql_results import ByteLRU, ResultLimits, repair_spacing
 from prm_gym.rewards.types import Turn
 
 
@@ -64,7 +66,7 @@ CASES = [
     ("SELECT total FROM orders", "SELECT DISTINCT total FROM orders", 0, 1),
     ("SELECT COUNT(*) FROM orders", "SELECT COUNT(id) FROM orders", 1, 1),
     ("SELECT COUNT(*) FROM orders", "SELECT 4.0", 1, 1),
-    ("SELECT name, city FROM customers", "SELECT city, name FROM customers", 0, 0),
+    ("SELECT name, city FROM customers", "SELECT city, name FROM customers", 1, 1),  # Spider: any column order
     ("SELECT name FROM customers", "SELECT nme FROM customers", 0, 0),
     ("SELECT name FROM customers", "DELETE FROM customers", 0, 0),
     ("SELECT name FROM customers", "SELECT name FROM customers; DROP TABLE orders", 0, 0),
@@ -153,3 +155,101 @@ def test_the_judges_of_one_turn_run_the_submitted_query_once(db_path: Path) -> N
         DATABASES.get(turn).conn.set_trace_callback(None)  # type: ignore[attr-defined]
     assert scores == [1.0, 1.0, 1.0]
     assert ran.count(answer) == 1
+
+
+SPIDER_CASES = [
+    # (gold, predicted, verdict): Spider's test-suite execution match
+    ("SELECT name, city FROM customers", "SELECT city, name FROM customers", 1),
+    ("SELECT id, name, city FROM customers", "SELECT city, id, name FROM customers", 1),
+    # each column holds the gold's values, but the rows pair them differently
+    (
+        "SELECT name, city FROM customers",
+        "SELECT a.name, b.city FROM customers a JOIN customers b ON b.id = a.id % 3 + 1",
+        0,
+    ),
+    ("SELECT name, city FROM customers", "SELECT name FROM customers", 0),
+    # order matters only where the gold's outermost query orders
+    ("SELECT name FROM customers ORDER BY id DESC", "SELECT name FROM customers ORDER BY id", 0),
+    (
+        "SELECT name FROM (SELECT name, id FROM customers ORDER BY id DESC LIMIT 2)",
+        "SELECT name FROM customers WHERE id >= 2",
+        1,
+    ),
+    (
+        "SELECT name FROM customers WHERE id IN (SELECT id FROM customers ORDER BY id LIMIT 2)",
+        "SELECT name FROM customers WHERE id < 3 ORDER BY name DESC",
+        1,
+    ),
+    (
+        "SELECT name FROM customers UNION SELECT city FROM customers ORDER BY 1",
+        "SELECT city FROM customers UNION SELECT name FROM customers ORDER BY 1 DESC",
+        0,
+    ),
+    ("SELECT name, id FROM customers ORDER BY id", "SELECT id, name FROM customers ORDER BY id", 1),
+    ("SELECT name, id FROM customers ORDER BY id", "SELECT id, name FROM customers ORDER BY id DESC", 0),
+    # spacing typos Spider's evaluation repairs, in the prediction and in the gold
+    ("SELECT name FROM customers WHERE id >= 2", "SELECT name FROM customers WHERE id > = 2", 1),
+    ("SELECT name FROM customers WHERE id < = 2", "SELECT name FROM customers WHERE id <= 2", 1),
+    ("SELECT name FROM customers WHERE id != 2", "SELECT name FROM customers WHERE id ! = 2", 1),
+    ("SELECT name FROM customers WHERE name = 'x'", "SELECT name FROM customers WHERE name = '> ='", 1),  # both empty
+]
+
+
+@pytest.mark.parametrize(("gold", "pred", "verdict"), SPIDER_CASES)
+def test_spider_test_suite_semantics(db_path: Path, gold: str, pred: str, verdict: int) -> None:
+    assert _score("rule/execution_match", db_path, gold, pred) == verdict
+
+
+def test_a_repaired_typo_also_counts_as_valid_syntax(db_path: Path) -> None:
+    gold, pred = "SELECT name FROM customers WHERE id >= 2", "SELECT name FROM customers WHERE id > = 2"
+    assert _score("rule/sql_syntax", db_path, gold, pred) == 1.0
+    assert is_read_only_query(pred) and repair_spacing("SELECT '> =' WHERE a > = 1") == "SELECT '> =' WHERE a >= 1"
+
+
+def test_byte_lru_holds_at_most_its_bytes() -> None:
+    cache: ByteLRU[str, str] = ByteLRU(100)
+    for i in range(10):
+        cache.put(str(i), "x", 30)
+    assert cache.bytes <= 100 and len(cache) == 3 and cache.get("9") == "x" and cache.get("0") is None
+    cache.put("big", "y", 101)
+    assert cache.get("big") is None
+
+
+HOSTILE_RESULTS = [
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300) SELECT randomblob(4000000) FROM c",
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, 'row ' || x FROM c",
+]
+
+
+@pytest.mark.parametrize("answer", HOSTILE_RESULTS, ids=["blobs", "runaway-cte"])
+def test_the_judge_holds_a_bounded_amount_of_a_huge_result(db_path: Path, answer: str) -> None:
+    """300 blobs of 4 MB (1.2 GB) or an endless recursive query: scored wrong, memory stays bounded."""
+    limits = ResultLimits()
+    judge = make_judge("rule/execution_match", timeout_s=3.0)
+    tracemalloc.start()
+    try:
+        verdict = score_batch(judge, [_turn(db_path, "SELECT name FROM customers", answer)])[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert verdict.score == 0.0 and "too large" in verdict.detail, verdict
+    # the bound, plus the row that crossed it (one value is at most 10 MB, SQLite's length cap here)
+    assert peak < limits.bytes + (24 << 20), f"peak {peak / 2**20:.0f} MiB"
+    assert DATABASES._recent.bytes <= DATABASES._recent.max_bytes and DATABASES._gold.bytes <= DATABASES._gold.max_bytes
+
+
+def test_result_bounds_are_knobs(db_path: Path) -> None:
+    gold, pred = "SELECT name FROM customers", "SELECT name FROM customers ORDER BY id DESC"
+    assert _score("rule/execution_match", db_path, gold, pred, max_rows=3) == 1.0
+    small = make_judge("rule/execution_match", max_rows=2)
+    verdict = score_batch(small, [_turn(db_path, "SELECT name FROM customers WHERE id = 1", pred)])[0]
+    assert verdict.score == 0.0 and "more than 2 rows" in verdict.detail
+    with pytest.raises(JudgeError, match="max_rows"):  # a gold result past the bound names the knob
+        score_batch(make_judge("rule/execution_match", max_rows=2), [_turn(db_path, gold, pred)])
+
+
+def test_partial_credit_lines_the_columns_up_like_execution_match(db_path: Path) -> None:
+    gold = "SELECT name, city FROM customers"
+    assert _score("rule/sql_result_overlap", db_path, gold, "SELECT city, name FROM customers") == 1.0
+    two_of_three = "SELECT city, name FROM customers WHERE id < 3"
+    assert _score("rule/sql_result_overlap", db_path, gold, two_of_three) == pytest.approx(0.8)

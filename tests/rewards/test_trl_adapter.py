@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.errors import JudgeError
 from prm_gym.rewards.registry import register_judge
@@ -74,6 +76,16 @@ def test_a_failing_judge_gives_none_only_for_the_completions_it_failed_on() -> N
     assert logged == {"trltest_flaky/infra_errors": 1.0}
     combined = trl_reward_func("rule/exact_match + 2*trltest/flaky")
     assert combined(prompts=["p", "p"], completions=["<answer>a</answer>", "boom"], answer=["a", "a"]) == [2.0, None]
+
+
+def test_a_bug_in_a_judge_raises_instead_of_becoming_none() -> None:
+    def buggy(turn: Turn) -> float:
+        return {}["missing"]  # a KeyError, as a bug in judge code would raise
+
+    register_judge("trltest/buggy", lambda: FakeJudge("trltest/buggy", buggy, term="process"), overwrite=True)
+    (func,), _ = trl_rewards("trltest/buggy")
+    with pytest.raises(KeyError):
+        func(prompts=["p"], completions=["fine"], answer=["a"])
 
 
 def test_real_grpo_trainer_step_uses_the_rewards_and_drops_failed_ones(tmp_path: Path) -> None:
