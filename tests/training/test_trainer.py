@@ -234,3 +234,20 @@ def test_eval_leaves_infra_error_episodes_out_of_the_denominators(tmp_path: Path
     # one task: 1 win of 2 scored episodes (a third was infra_error); the other task unscored
     out = summarise({"a": [1.0, 0.0], "b": []}, {"a": 1, "b": 0}, 3, infra=1)
     assert out["success"] == 0.5 and out["tasks_scored"] == 1 and out["infra_error_episodes"] == 1
+
+
+def test_a_bug_in_a_judge_fails_the_run_loudly(tmp_path: Path) -> None:
+    """A KeyError in a judge is our bug, not an infrastructure failure: train-agent does not exclude
+    the turn and carry on, it stops with the error."""
+    from prm_gym.rewards.registry import register_judge
+    from prm_gym.rewards.testing import FakeJudge
+
+    def buggy(turn: object) -> float:
+        return {}["score"]  # type: ignore[no-any-return]
+
+    register_judge("test/buggy", lambda **kw: FakeJudge("test/buggy", buggy), overwrite=True)
+    argv = ["--env-kwargs", ENV_KW, "--judge", "rule/math_equiv + test/buggy", "--steps", "2", "--group-size", "2"]
+    argv += ["--output-dir", str(tmp_path), "--no-progress", "--no-tensorboard", "--sampling.max-new-tokens", "4"]
+    with pytest.raises(KeyError, match="score"):
+        main([*argv, "--eval.num-tasks", "1", "--eval.samples", "1"])
+    assert not (tmp_path / "checkpoint.pt").exists()
