@@ -17,6 +17,7 @@ from typing import Any
 from prm_gym.core.errors import ConfigError
 from prm_gym.sandbox._exec import Worker
 from prm_gym.sandbox.protocol import WorkerSandbox
+from prm_gym.sandbox.session import Session
 from prm_gym.sandbox.types import ExecResult, Limits
 
 
@@ -60,6 +61,14 @@ class WarmPool(WorkerSandbox):
         """As :meth:`Sandbox.run`; the spent worker is replaced after the run, off its clock."""
         try:
             return super().run(*args, **kwargs)
+        finally:
+            with self._cond:
+                self._cond.notify_all()
+
+    def session(self, *args: Any, **kwargs: Any) -> Session:
+        """As :meth:`WorkerSandbox.session`; the spent worker is replaced in the background."""
+        try:
+            return super().session(*args, **kwargs)
         finally:
             with self._cond:
                 self._cond.notify_all()

@@ -8,6 +8,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from prm_gym.core.errors import ConfigError, SandboxError
 from prm_gym.sandbox._exec import Worker, frame_request
+from prm_gym.sandbox.session import Session
 from prm_gym.sandbox.types import ExecResult, Limits
 
 #: The file a ``code`` string is written to and run as ``__main__``.
@@ -95,6 +96,19 @@ class WorkerSandbox:
         request = frame_request(prog, entry, self.limits.rlimits(timeout_s))
         worker = self.acquire()
         return worker.execute(request, stdin.encode("utf-8", "surrogatepass"), timeout_s, self.limits.output_cap)
+
+    def session(self, files: Mapping[str, str], entry: str, timeout: float) -> Session:
+        """Start ``entry`` of ``files`` in a fresh worker and keep its pipes open (see :class:`Session`).
+
+        ``timeout`` sets the rlimits (CPU seconds); the caller enforces its own wall-clock deadline
+        on each read and closes the session, which kills the program.
+        """
+        if self._closed:
+            raise SandboxError(f"{self.name}: session() on a closed sandbox; make a new one.")
+        if timeout <= 0:
+            raise ConfigError(f"Sandbox.session: timeout must be > 0, got {timeout}.")
+        request = frame_request(program_files(None, files, entry), entry, self.limits.rlimits(timeout))
+        return Session(self.acquire(), request)
 
     def close(self) -> None:
         self._closed = True
