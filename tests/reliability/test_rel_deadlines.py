@@ -26,7 +26,7 @@ DRIBBLE_FOR_S = 20.0
 class _Dribbler(BaseHTTPRequestHandler):
     stop: threading.Event
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
