@@ -128,7 +128,7 @@ class Session:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._sel.close()
         self.worker.kill()
-        if code is not None and code < 0 and self.worker.signal_is_infra:
+        if code is not None and code < 0 and self.worker.signal_is_infra and not self.worker.oom_killed:
             raise SandboxError(f"{self.worker.backend}: the sandbox was killed by signal {-code} (by the host)")
 
     def __enter__(self) -> Self:
