@@ -173,8 +173,8 @@ def run_tests(sandbox: Sandbox, program: str, meta: Mapping[str, Any], timeout_s
         SandboxError: a sandbox failed to start, was killed by the host, or the test harness
             itself ended without a verdict.
     """
-    session = getattr(sandbox, "session", None)
-    if not callable(session):
+    sessions = getattr(sandbox, "sessions", None)
+    if not callable(sessions):
         raise ConfigError(
             f"rule/unit_tests needs a sandbox that keeps a program's pipes open (bwrap, bwrap-pool, "
             f"process); {getattr(sandbox, 'name', type(sandbox).__name__)!r} cannot: set judge_sandbox='bwrap'."
@@ -190,7 +190,8 @@ def run_tests(sandbox: Sandbox, program: str, meta: Mapping[str, Any], timeout_s
     }
     tests = {"check.py": CHECK, "_prm_codec.py": CODEC, "tests.json": json.dumps(spec)}
     candidate = {"serve.py": SERVE, "_prm_codec.py": CODEC, "solution.py": program}
-    with session(tests, "check.py", timeout_s) as judge, session(candidate, "serve.py", timeout_s) as cand:
+    judge, cand = sessions([(tests, "check.py", timeout_s), (candidate, "serve.py", timeout_s)])
+    with judge, cand:
         return _relay(judge, cand, len(cases), time.monotonic() + timeout_s)
 
 

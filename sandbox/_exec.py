@@ -64,6 +64,7 @@ class Worker:
         ready_timeout_s: float = 30.0,
         pass_fds: Sequence[int] = (),
         cgroup: tuple[MemoryCgroups, Path] | None = None,
+        wait: bool = True,
     ):
         self.backend = backend
         self.cleanup_dir = cwd
@@ -86,7 +87,16 @@ class Worker:
         except OSError as exc:
             self._drop_cgroup()
             raise SandboxError(f"{backend}: cannot start {argv[0]!r}: {exc}") from exc
-        self._wait_ready(ready_timeout_s)
+        self._ready_timeout_s = ready_timeout_s
+        self._ready = False
+        if wait:
+            self.ensure_ready()
+
+    def ensure_ready(self) -> None:
+        """Wait for the worker's ready byte (once); SandboxError when it does not come."""
+        if not self._ready:
+            self._wait_ready(self._ready_timeout_s)
+            self._ready = True
 
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.proc.stdout is not None

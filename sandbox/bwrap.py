@@ -173,7 +173,7 @@ class BwrapSandbox(WorkerSandbox):
             cmd += ["--seccomp", str(seccomp_fd)]
         return [*cmd, "--", self.python, *self.flags, "-c", BOOT_SOURCE]
 
-    def spawn(self) -> Worker:
+    def spawn(self, wait: bool = True) -> Worker:
         if shutil.which(self.bwrap) is None:
             raise SandboxError(f"{self.name}: cannot start {self.bwrap!r}: no such executable. {INSTALL_HINT}")
         uid = _UID_BASE + next(_uids) % 1_000_000 if os.geteuid() == 0 else None
@@ -190,7 +190,13 @@ class BwrapSandbox(WorkerSandbox):
         env = {"PATH": os.environ.get("PATH", "")}
         try:
             return Worker(
-                argv, self.name, signal_is_infra=True, env=env, pass_fds=() if fd is None else (fd,), cgroup=cgroup
+                argv,
+                self.name,
+                signal_is_infra=True,
+                env=env,
+                pass_fds=() if fd is None else (fd,),
+                cgroup=cgroup,
+                wait=wait,
             )
         finally:
             if fd is not None:

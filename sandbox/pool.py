@@ -43,19 +43,19 @@ class WarmPool(WorkerSandbox):
         self._thread.start()
         self._finalizer = weakref.finalize(self, _drain, self._ready, self._cond)
 
-    def spawn(self) -> Worker:
-        worker = self.backend.spawn()
+    def spawn(self, wait: bool = True) -> Worker:
+        worker = self.backend.spawn(wait)
         worker.backend = self.name
         return worker
 
-    def acquire(self) -> Worker:
+    def acquire(self, wait: bool = True) -> Worker:
         with self._cond:
             while self._ready:
                 worker = self._ready.popleft()
                 if worker.alive():
                     return worker
                 worker.kill()
-        return self.spawn()
+        return self.spawn(wait)
 
     def run(self, *args: Any, **kwargs: Any) -> ExecResult:
         """As :meth:`Sandbox.run`; the spent worker is replaced after the run, off its clock."""
@@ -65,10 +65,10 @@ class WarmPool(WorkerSandbox):
             with self._cond:
                 self._cond.notify_all()
 
-    def session(self, *args: Any, **kwargs: Any) -> Session:
-        """As :meth:`WorkerSandbox.session`; the spent worker is replaced in the background."""
+    def sessions(self, *args: Any, **kwargs: Any) -> list[Session]:
+        """As :meth:`WorkerSandbox.sessions`; the spent workers are replaced in the background."""
         try:
-            return super().session(*args, **kwargs)
+            return super().sessions(*args, **kwargs)
         finally:
             with self._cond:
                 self._cond.notify_all()
