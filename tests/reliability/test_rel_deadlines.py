@@ -69,7 +69,9 @@ def test_llm_judge_deadline_covers_reads_and_retries(dribbler: str) -> None:
     start = time.monotonic()
     with pytest.raises(JudgeError, match="deadline"):
         score_batch(judge, [_turn()])
-    assert time.monotonic() - start < 3.5
+    elapsed = time.monotonic() - start
+    print(f"\nllm judge vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2, max_retries=2)")
+    assert elapsed < 3.5
     assert judge.usage.requests >= 1 and judge.usage.errors == 1
 
 
@@ -78,7 +80,9 @@ def test_http_retriever_deadline_covers_the_whole_answer(dribbler: str) -> None:
     start = time.monotonic()
     with pytest.raises(RetrievalError, match="deadline"):
         retriever.search("who wrote it?")
-    assert time.monotonic() - start < 3.5
+    elapsed = time.monotonic() - start
+    print(f"\nhttp retriever vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2)")
+    assert elapsed < 3.5
     retriever.close()
 
 

@@ -42,7 +42,7 @@ SANDBOX_ATTEMPTS: dict[str, str] = {
     "setuid_root": "import os; os.setuid(0); os.setgid(0); open('/etc/pwned_rel2','w'); print('ESCAPED')",
     "unshare_userns": "import ctypes; r=ctypes.CDLL(None).unshare(0x10000000); print('ESCAPED' if r == 0 else 'blocked')",
     "unshare_r_cli": "import subprocess; r=subprocess.run(['unshare','-r','id','-u'],capture_output=True,text=True); print('ESCAPED' if r.stdout.strip() == '0' else 'blocked')",
-    "tmpfs_past_work_limit": "import subprocess; r=subprocess.run(['unshare','-rm','sh','-c','mount -t tmpfs none /mnt && head -c 200000000 /dev/zero > /mnt/x && echo wrote'],capture_output=True,text=True); print('ESCAPED' if 'wrote' in r.stdout else 'blocked')",
+    "tmpfs_past_work_limit": "import subprocess; r=subprocess.run(['unshare','-rm','sh','-c','mount -t tmpfs none /mnt && for i in 1 2 3 4; do head -c 50000000 /dev/zero > /mnt/x$i || exit 1; done && echo wrote'],capture_output=True,text=True); print('ESCAPED' if 'wrote' in r.stdout else 'blocked')",
     "host_trees_visible": "import os; print('ESCAPED' if {'work','home','sys','var','opt'} & set(os.listdir('/')) else 'blocked')",
     "host_nic_names": "import os; print('ESCAPED' if os.path.isdir('/sys/class/net') else 'blocked')",
     "chroot": "import os; os.chroot('/'); open('/etc/pwned_rel3','w'); print('ESCAPED')",
@@ -58,9 +58,9 @@ SANDBOX_ATTEMPTS: dict[str, str] = {
     "many_fds": "fs=[open('/dev/null') for _ in range(100000)]; print('ESCAPED', len(fs))",
     "many_threads": "import threading, time\nts=[threading.Thread(target=time.sleep, args=(5,)) for _ in range(5000)]\n[t.start() for t in ts]\nprint('ESCAPED')",
     "memory_bomb": "x=bytearray(4*1024**3); print('ESCAPED')",
-    # 8 children of 400 MiB each (each under the 512 MiB RLIMIT_AS), held at once: 3.2 GiB without
+    # 8 children of 200 MiB each (each under the 512 MiB RLIMIT_AS), held at once: 1.6 GiB without
     # a total cap. Escaped when more than the sandbox's total (576 MiB) was held.
-    "fork_memory": "import os, time\nks=[]\nfor i in range(8):\n    p=os.fork()\n    if p == 0:\n        x=bytearray(400<<20)\n        for j in range(0,len(x),4096): x[j]=1\n        time.sleep(1)\n        os._exit(0)\n    ks.append(p)\nok=sum(os.waitpid(k,0)[1]==0 for k in ks)\nprint('ESCAPED' if ok*400 > 576 else 'blocked', ok)",
+    "fork_memory": "import os, time\nks=[]\nfor i in range(8):\n    p=os.fork()\n    if p == 0:\n        x=bytearray(200<<20)\n        for j in range(0,len(x),4096): x[j]=1\n        time.sleep(0.5)\n        os._exit(0)\n    ks.append(p)\nok=sum(os.waitpid(k,0)[1]==0 for k in ks)\nprint('ESCAPED' if ok*200 > 576 else 'blocked', ok)",
 }
 
 

@@ -104,6 +104,7 @@ def test_total_memory_is_capped_across_processes():
         assert "400 MiB in total" in sb.memory_cap
         r = sb.run(code)
     finished = int(r.stdout.strip() or 0) if r.exit_code == 0 else 0
+    print(f"\n4 children x 150 MiB under a 400 MiB total cap: {finished} finished")
     assert finished <= 2, r
 
 
