@@ -65,6 +65,8 @@ def _main():
     counter = itertools.count()
     ns = {"__name__": "__tests__"}
     try:
+        for name in spec["modules"]:
+            ns[name] = __import__(name)
         exec(compile(spec["prompt_code"], "prompt.py", "exec"), ns)
         exec(compile(spec["setup"], "tests_setup.py", "exec"), ns)
     except Exception as exc:

@@ -29,6 +29,7 @@ import builtins
 import hashlib
 import json
 import re
+import sys
 import textwrap
 import time
 from collections import OrderedDict
@@ -133,7 +134,9 @@ def remote_names(meta: Mapping[str, Any]) -> list[str]:
     """Names the tests use but never define: the functions the program under test must provide.
 
     Builtins and every name the prompt, the setup or the cases bind are left out, so a program
-    can never stand in for a helper of the tests (a top-level ``abs`` of its own, say).
+    can never stand in for a helper of the tests (a top-level ``abs`` of its own, say); so are
+    standard-library modules (a test that calls ``math.isclose`` while only the solution imports
+    ``math`` gets the real module, see :func:`module_names`).
     """
     sources = [str(meta.get("prompt_code", "")), str(meta.get("setup", "")), *map(str, meta["cases"])]
     bound: set[str] = set(dir(builtins)) | {str(meta.get("arg", "candidate"))}
@@ -156,8 +159,20 @@ def remote_names(meta: Mapping[str, Any]) -> list[str]:
             elif isinstance(node, ast.arg):
                 bound.add(node.arg)
     entry = str(meta.get("entry_point", ""))
-    names = [n for n in dict.fromkeys(used) if n not in bound]
+    names = [n for n in dict.fromkeys(used) if n not in bound and n not in sys.stdlib_module_names]
     return [entry, *[n for n in names if n != entry]] if entry else names
+
+
+def module_names(meta: Mapping[str, Any]) -> list[str]:
+    """Standard-library modules the cases use without importing them (imported for the tests)."""
+    used: set[str] = set()
+    for src in map(str, meta["cases"]):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        used |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return sorted(n for n in used if n in sys.stdlib_module_names and n != str(meta.get("entry_point", "")))
 
 
 def run_tests(sandbox: Sandbox, program: str, meta: Mapping[str, Any], timeout_s: float) -> TestReport:
@@ -186,6 +201,7 @@ def run_tests(sandbox: Sandbox, program: str, meta: Mapping[str, Any], timeout_s
         "arg": str(meta.get("arg", "candidate")),
         "entry_point": str(meta.get("entry_point", "")),
         "remote": remote_names(meta),
+        "modules": module_names(meta),
         "cases": list(cases),
     }
     tests = {"check.py": CHECK, "_prm_codec.py": CODEC, "tests.json": json.dumps(spec)}

@@ -163,3 +163,18 @@ def test_sandbox_failure_is_infra_error_not_a_wrong_answer():
     _, _, term, _, info = env.step(_submit("def f():\n    pass\n"))
     assert term and info["reward_status"] == "infra_error" and "error" in info["judge"]["rule/unit_tests"]
     env.close()
+
+
+def test_tests_may_use_a_module_only_the_solution_imports():
+    task = {
+        "id": "m",
+        "prompt": "area",
+        "answer": None,
+        "meta": {"entry_point": "area", "cases": ["assert math.isclose(area(1.0), 3.14159, rel_tol=1e-3)"]},
+    }
+    with CodeEnv([task], sandbox="bwrap") as env:
+        good = "import math\ndef area(r):\n    return math.pi * r * r\n"
+        assert _grade(env, "m", good)["reward_outcome"] == pytest.approx(1.0)
+        # a program's own top-level `math` is never what the tests call
+        fake = "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0.0\n"
+        assert _grade(env, "m", fake)["reward_outcome"] == 0.0
