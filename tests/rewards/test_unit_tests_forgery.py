@@ -183,7 +183,8 @@ def _find():
 """
     + HEAD
     + "    _find()\n    return None\n",
-    "shadow_the_tests_helpers": "def abs(x):\n    return 0\n\nclass math:\n    isclose = staticmethod(lambda *a, **k: True)\n\n"
+    "shadow_the_tests_helpers": "def abs(x):\n    return 0\n\n"
+    + "class math:\n    isclose = staticmethod(lambda *a, **k: True)\n\n"
     + HEAD
     + "    return 0.0\n",
     "hang": HEAD + "    while True:\n        pass\n",
