@@ -124,3 +124,20 @@ def test_the_cap_in_force_is_stated():
     assert sb.memory_cap.startswith("none in total: RLIMIT_AS")
     if find_memory_cgroup() is not None:
         assert "in total (cgroup v" in BwrapSandbox().memory_cap
+
+
+def test_cgroup_files_written_and_oom_kills_read_for_both_versions(tmp_path):
+    from prm_gym.sandbox.cgroup import MemoryCgroups
+
+    for version, limit_file, events, text in (
+        (2, "memory.max", "memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"),
+        (1, "memory.limit_in_bytes", "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
+    ):
+        groups = MemoryCgroups(version, tmp_path)
+        path = groups.create(123 << 20)
+        assert (path / limit_file).read_text() == str(123 << 20)
+        assert not groups.oom_killed(path)  # no events file yet: nothing was killed
+        (path / events).write_text(text)
+        assert groups.oom_killed(path)
+        (path / events).write_text(text.replace("oom_kill 1", "oom_kill 0").replace("oom_kill 2", "oom_kill 0"))
+        assert not groups.oom_killed(path)
