@@ -5,6 +5,12 @@ observation into prompt ids (system prompt with the tools, then the task as a us
 and each later observation into the ids appended after the assistant's sampled tokens. The
 sampled tokens themselves are never re-tokenised: the rollout appends exactly what the policy
 sampled, so training sees the ids the policy produced.
+
+Text that came from the env or a tool (the task, observations, tool output) is tokenised with
+special-token parsing off: a program that prints ``<|im_start|>`` puts the characters
+``<|im_start|>`` in front of the policy, never the special token, so nothing an agent's code
+prints can forge a turn of its own context. Only the template's own scaffolding is parsed for
+special tokens.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ To call a tool, reply with a JSON object naming it and giving its arguments, ins
 {{"name": "<tool name>", "arguments": {{"<argument>": <value>}}}}
 </tool_call>
 Tool results come back inside <tool_response></tool_response>."""
+
+_MARK = "\x00MARK\x00"
+#: Inserted after the first character of a special token's text found in env text, where a
+#: template does not render message contents verbatim (so they cannot be tokenised apart).
+_BREAK = "\u2060"
 
 _COMPACT_BLOCK = """
 Tools: {signatures}. Call one as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>."""
@@ -77,7 +88,7 @@ class ChatTemplate:
 
     def _template_pieces(self) -> tuple[str, str]:
         """What closes an assistant turn, and what follows it up to the next generation prompt."""
-        marker = "\x00MARK\x00"
+        marker = _MARK
         base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
         with_asst = self._render([*base, {"role": "assistant", "content": marker}], False)
         with_obs = self._render(
@@ -99,7 +110,36 @@ class ChatTemplate:
         return self.system_prompt + _TOOLS_BLOCK.format(schemas=schemas)
 
     def encode(self, text: str) -> list[int]:
+        """Ids of template text (special tokens such as ``<|im_end|>`` are parsed)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of env or tool text: special-token parsing off, so ``<|im_start|>`` stays characters."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    def defuse(self, text: str) -> str:
+        """``text`` with every special token's text broken by an invisible character."""
+        for tok in getattr(self.tokenizer, "all_special_tokens", ()):
+            if len(tok) > 1 and tok in text:
+                text = text.replace(tok, tok[0] + _BREAK + tok[1:])
+        return text
+
+    def messages_ids(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+        """Ids of ``messages`` rendered by the template, their contents tokenised as env text."""
+        marks = [f"\x00PRM{i}\x00" for i in range(len(messages))]
+        rendered = self._render(
+            [{**m, "content": mk} for m, mk in zip(messages, marks, strict=True)], add_generation_prompt
+        )
+        ids: list[int] = []
+        rest = rendered
+        for message, mark in zip(messages, marks, strict=True):
+            before, found, after = rest.partition(mark)
+            if not found or mark in after:  # the template does not show contents verbatim
+                safe = [{**m, "content": self.defuse(m["content"])} for m in messages]
+                return self.encode(self._render(safe, add_generation_prompt))
+            ids += self.encode(before) + self.encode_text(message["content"])
+            rest = after
+        return ids + self.encode(rest)
 
     def prompt_ids(self, observation: str, tools: Sequence[dict[str, Any]]) -> list[int]:
         """Ids of the system prompt, the first observation and the generation prompt."""
@@ -107,7 +147,7 @@ class ChatTemplate:
             {"role": "system", "content": self.system_message(tools)},
             {"role": "user", "content": observation},
         ]
-        return self.encode(self._render(messages, True))
+        return self.messages_ids(messages, True)
 
     def observation_ids(self, observation: str, sampled: Sequence[int]) -> list[int]:
         """Ids appended after the sampled tokens of an assistant turn: the end of that turn
@@ -117,8 +157,8 @@ class ChatTemplate:
         eos_text = self.tokenizer.decode([self.eos_token_id])
         if sampled and sampled[-1] == self.eos_token_id and close.startswith(eos_text):
             close = close[len(eos_text) :]
-        piece = self._turn_prefix.replace("\x00MARK\x00", observation, 1)
-        return self.encode(close + piece)
+        before, _, after = self._turn_prefix.partition(_MARK)
+        return self.encode(close + before) + self.encode_text(observation) + self.encode(after)
 
     def closing_ids(self, sampled: Sequence[int]) -> list[int]:
         """Ids that close the final assistant turn (empty when the policy sampled them)."""

@@ -13,6 +13,7 @@ from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.code_gen import generate_code_tasks
 from prm_gym.envs.code_tasks import load_code_file, load_humaneval
 from prm_gym.rewards.combine import JudgeSpec
+from prm_gym.rewards.unit_tests import DEFAULT_TEST_TIMEOUT_S
 from prm_gym.sandbox.protocol import Sandbox, make_sandbox
 from prm_gym.sandbox.types import ExecResult
 
@@ -37,8 +38,10 @@ class CodeEnv(ToolEnv):
     Each episode is one task (a function to write). On every turn the agent may call the
     ``python`` tool (``<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>``),
     which runs the code in a fresh sandbox and returns its output, or submit its solution as
-    ``<answer>```python ...```</answer>``, which ends the episode. The solution is graded by the
-    task's unit tests, run inside the sandbox.
+    ``<answer>```python ...```</answer>``, which ends the episode (a bare completion of the
+    prompt's function, with or without the fence, grades the same). The solution is graded by the
+    task's unit tests: the tests and the solution run in two separate sandboxes and only plain
+    return values pass between them, so the solution cannot reach the verdict.
 
     ## Action Space
     ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
@@ -66,11 +69,14 @@ class CodeEnv(ToolEnv):
       wheel), a HumanEval/MBPP-style jsonl path, a list or a TaskSet.
     * ``num_tasks``, ``task_seed``, ``split``: the generator's settings.
     * ``sandbox``: backend name (``bwrap-pool`` default, ``bwrap``, ``docker``, ``process``) or a
-      Sandbox; ``judge_sandbox``: backend of the unit-test judge; ``timeout_s``: per run.
+      Sandbox; ``judge_sandbox``: backend of the unit-test judge (``bwrap``, ``bwrap-pool`` or
+      ``process``: it needs two interactive sandboxes per grading); ``timeout_s``: per ``python``
+      call; ``test_timeout_s``: one task's whole test run when grading (default 3 s, HumanEval's).
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version; the tests run apart from the solution (no reward forgery), a
+      3 s default test limit (``test_timeout_s``), unfenced completions graded like fenced ones.
     """
 
     def __init__(
@@ -83,6 +89,7 @@ class CodeEnv(ToolEnv):
         sandbox: str | Sandbox = "bwrap-pool",
         judge_sandbox: str = "bwrap",
         timeout_s: float = 10.0,
+        test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
         judge: str | JudgeSpec = DEFAULT_JUDGE,
         max_turns: int = 8,
         judge_kwargs: dict[str, dict[str, Any]] | None = None,
@@ -92,7 +99,7 @@ class CodeEnv(ToolEnv):
             tasks = load_humaneval()
         task_set = as_task_set(tasks, load_code_file, lambda: generate_code_tasks(num_tasks, task_seed, split))
         jk = {
-            jid: {"backend": judge_sandbox, "timeout_s": timeout_s}
+            jid: {"backend": judge_sandbox, "timeout_s": test_timeout_s}
             for jid in ("rule/unit_tests", "rule/unit_tests_all")
         }
         for jid, extra in (judge_kwargs or {}).items():

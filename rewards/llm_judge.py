@@ -6,7 +6,10 @@ the answer. Both return a score in [0, 1]: the judge model answers ``{"score": s
 with ``0 <= s <= max_score`` and the verdict is ``s / max_score``.
 
 Requests are async (httpx), batched, bounded by ``concurrency``, retried with exponential backoff
-on timeouts, transport errors, 429 and 5xx, and cached by a hash of the exact request. Anything
+on timeouts, transport errors, 429 and 5xx, and cached by a hash of the exact request. Each
+verdict has one total deadline, ``timeout_s`` (default 30 s), covering connecting, reading and
+every retry with its backoff: a server that dribbles a byte at a time, or hangs, costs at most
+that per verdict. Anything
 else (a 4xx, an unparseable, out-of-range or non-finite verdict, retries exhausted) raises
 :class:`prm_gym.core.errors.JudgeError`, which the env reports as ``reward_status="infra_error"``.
 Reward-hacking guards (:mod:`prm_gym.rewards.guards`) run first and give the minimum score without a call.
@@ -57,9 +60,18 @@ _FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
+#: Seconds one verdict may take in total (connect, reads, retries and their backoff).
+DEFAULT_TIMEOUT_S = 30.0
+
+
 @dataclass
 class Usage:
-    """Running totals of one judge's calls."""
+    """Running totals of one judge's calls.
+
+    ``requests`` counts every HTTP request sent (retries and failed ones included) and
+    ``latency_s`` their total time; ``retries`` the repeated attempts; ``errors`` the verdicts
+    that failed (each raised a JudgeError).
+    """
 
     requests: int = 0
     cache_hits: int = 0
@@ -109,7 +121,7 @@ class LLMJudge:
         rubric: a name in :data:`RUBRICS` or the rubric text itself.
         max_score: the top of the scale the judge model is asked to use.
         api_key: sent as a bearer token; defaults to ``$PRM_JUDGE_API_KEY`` (none if unset).
-        timeout_s: per-request timeout.
+        timeout_s: one total deadline per verdict, covering connect, reads, retries and backoff.
         max_retries: retries after a timeout, transport error, 429 or 5xx.
         backoff_s: the first retry's delay; doubled each retry.
         concurrency: the most requests in flight per batch.
@@ -131,7 +143,7 @@ class LLMJudge:
         rubric: str | None = None,
         max_score: float = 10.0,
         api_key: str | None = None,
-        timeout_s: float = 60.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         max_retries: int = 2,
         backoff_s: float = 0.5,
         concurrency: int = 8,
@@ -272,53 +284,65 @@ class LLMJudge:
         except JudgeError as exc:
             self.usage.errors += 1
             raise JudgeError(f"{self.name}: {exc}") from exc
-        tokens = self._record_usage(data, latency)
+        tokens = self._record_usage(data)
         if self.cache_size > 0:
             self._cache[key] = (score, reason)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return Verdict(score, latency_s=latency, tokens=tokens, detail=reason)
 
-    def _record_usage(self, data: dict[str, Any], latency: float) -> int | None:
+    def _record_usage(self, data: dict[str, Any]) -> int | None:
         usage = data.get("usage") or {}
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-        self.usage.requests += 1
         self.usage.prompt_tokens += prompt
         self.usage.completion_tokens += completion
-        self.usage.latency_s += latency
         total = usage.get("total_tokens")
         return int(total) if total is not None else (prompt + completion if usage else None)
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries; the parsed JSON response, or JudgeError."""
+        """POST with retries under one total deadline; the parsed JSON response, or JudgeError."""
+        try:
+            return await asyncio.wait_for(self._attempts(client, body), self.timeout_s)
+        except TimeoutError:
+            self.usage.errors += 1
+            raise JudgeError(
+                f"{self.name}: {self.base_url} timed out: no verdict within the {self.timeout_s}s deadline "
+                "(connect, reads and retries)"
+            ) from None
+        except JudgeError:
+            self.usage.errors += 1
+            raise
+
+    async def _attempts(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
         problem = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self.usage.retries += 1
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            self.usage.requests += 1
+            start = time.perf_counter()
             try:
                 resp = await client.post("/chat/completions", json=body)
             except httpx.TimeoutException:
-                problem = f"timed out after {self.timeout_s}s"
+                problem = "timed out"
                 continue
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 continue
+            finally:
+                self.usage.latency_s += time.perf_counter() - start
             if resp.status_code in _RETRY_STATUS:
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 continue
             if resp.status_code != 200:
-                self.usage.errors += 1
                 raise JudgeError(f"{self.name}: HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}")
             try:
                 data = resp.json()
             except ValueError as exc:
-                self.usage.errors += 1
                 raise JudgeError(f"{self.name}: response is not JSON: {resp.text[:200]!r}") from exc
             if not isinstance(data, dict):
                 raise JudgeError(f"{self.name}: response is not a JSON object: {resp.text[:200]!r}")
             return data
-        self.usage.errors += 1
         raise JudgeError(f"{self.name}: {self.base_url} failed after {self.max_retries + 1} attempts: {problem}")
 
 

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from prm_gym.core.errors import SandboxError
+from prm_gym.sandbox.cgroup import MemoryCgroups
+from prm_gym.sandbox.cgroup import remove as remove_cgroup
 from prm_gym.sandbox.types import ExecResult
 
 READY = b"\x06"
@@ -60,10 +62,16 @@ class Worker:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         ready_timeout_s: float = 30.0,
+        pass_fds: Sequence[int] = (),
+        cgroup: tuple[MemoryCgroups, Path] | None = None,
+        wait: bool = True,
     ):
         self.backend = backend
         self.cleanup_dir = cwd
         self.signal_is_infra = signal_is_infra
+        self.cgroup = cgroup
+        #: True when the sandbox's memory cgroup OOM-killed a process (known once it is killed).
+        self.oom_killed = False
         try:
             self.proc = subprocess.Popen(
                 list(argv),
@@ -72,12 +80,23 @@ class Worker:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
             )
         except OSError as exc:
+            self._drop_cgroup()
             raise SandboxError(f"{backend}: cannot start {argv[0]!r}: {exc}") from exc
-        self._wait_ready(ready_timeout_s)
+        self._ready_timeout_s = ready_timeout_s
+        self._ready = False
+        if wait:
+            self.ensure_ready()
+
+    def ensure_ready(self) -> None:
+        """Wait for the worker's ready byte (once); SandboxError when it does not come."""
+        if not self._ready:
+            self._wait_ready(self._ready_timeout_s)
+            self._ready = True
 
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.proc.stdout is not None
@@ -102,8 +121,16 @@ class Worker:
                 with contextlib.suppress(OSError):
                     pipe.close()
         self.proc.wait()
+        self._drop_cgroup()
         if self.cleanup_dir:
             shutil.rmtree(self.cleanup_dir, ignore_errors=True)
+
+    def _drop_cgroup(self) -> None:
+        if self.cgroup is not None:
+            groups, path = self.cgroup
+            self.oom_killed = self.oom_killed or groups.oom_killed(path)
+            remove_cgroup(path)
+            self.cgroup = None
 
     def execute(self, request: bytes, stdin: bytes, timeout_s: float, cap: int) -> ExecResult:
         """Hand the worker its program and collect the result; the worker is spent afterwards."""
@@ -117,9 +144,11 @@ class Worker:
         if timed_out:
             code = -1
         elif code < 0:
-            if self.signal_is_infra:
+            if self.signal_is_infra and not self.oom_killed:
                 raise SandboxError(f"{self.backend}: the sandbox was killed by signal {-code} (by the host)")
             code = 128 - code
+        if self.oom_killed:
+            err += b"\n[killed: the sandbox went over its total memory cap]"
         return ExecResult(_decode(out, cap), _decode(err, cap), code, timed_out, duration, truncated, self.backend)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from prm_gym.core.errors import ConfigError
 from prm_gym.sandbox._exec import Worker
 from prm_gym.sandbox.protocol import WorkerSandbox
+from prm_gym.sandbox.session import Session
 from prm_gym.sandbox.types import ExecResult, Limits
 
 
@@ -42,24 +43,32 @@ class WarmPool(WorkerSandbox):
         self._thread.start()
         self._finalizer = weakref.finalize(self, _drain, self._ready, self._cond)
 
-    def spawn(self) -> Worker:
-        worker = self.backend.spawn()
+    def spawn(self, wait: bool = True) -> Worker:
+        worker = self.backend.spawn(wait)
         worker.backend = self.name
         return worker
 
-    def acquire(self) -> Worker:
+    def acquire(self, wait: bool = True) -> Worker:
         with self._cond:
             while self._ready:
                 worker = self._ready.popleft()
                 if worker.alive():
                     return worker
                 worker.kill()
-        return self.spawn()
+        return self.spawn(wait)
 
     def run(self, *args: Any, **kwargs: Any) -> ExecResult:
         """As :meth:`Sandbox.run`; the spent worker is replaced after the run, off its clock."""
         try:
             return super().run(*args, **kwargs)
+        finally:
+            with self._cond:
+                self._cond.notify_all()
+
+    def sessions(self, *args: Any, **kwargs: Any) -> list[Session]:
+        """As :meth:`WorkerSandbox.sessions`; the spent workers are replaced in the background."""
+        try:
+            return super().sessions(*args, **kwargs)
         finally:
             with self._cond:
                 self._cond.notify_all()

@@ -43,8 +43,8 @@ class ProcessSandbox(WorkerSandbox):
         print(f"WARNING: {WARNING}", file=sys.stderr)
         self.python = python or sys.executable
 
-    def spawn(self) -> Worker:
+    def spawn(self, wait: bool = True) -> Worker:
         work = tempfile.mkdtemp(prefix="prm-process-")
         env = {"PATH": os.environ.get("PATH", ""), "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
         argv = [self.python, "-I", "-S", "-c", BOOT_SOURCE]
-        return Worker(argv, self.name, signal_is_infra=False, env=env, cwd=work)
+        return Worker(argv, self.name, signal_is_infra=False, env=env, cwd=work, wait=wait)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from prm_gym.core.errors import ConfigError, SandboxError
 from prm_gym.sandbox._exec import Worker, frame_request
+from prm_gym.sandbox.session import Session
 from prm_gym.sandbox.types import ExecResult, Limits
 
 #: The file a ``code`` string is written to and run as ``__main__``.
@@ -70,12 +71,13 @@ class WorkerSandbox:
         self.limits = limits or Limits()
         self._closed = False
 
-    def spawn(self) -> Worker:
+    def spawn(self, wait: bool = True) -> Worker:
+        """A fresh worker; ``wait=False`` returns before it is ready (see :meth:`Worker.ensure_ready`)."""
         raise NotImplementedError
 
-    def acquire(self) -> Worker:
+    def acquire(self, wait: bool = True) -> Worker:
         """A worker for the next run (the warm pool overrides this)."""
-        return self.spawn()
+        return self.spawn(wait)
 
     def run(
         self,
@@ -95,6 +97,36 @@ class WorkerSandbox:
         request = frame_request(prog, entry, self.limits.rlimits(timeout_s))
         worker = self.acquire()
         return worker.execute(request, stdin.encode("utf-8", "surrogatepass"), timeout_s, self.limits.output_cap)
+
+    def sessions(self, programs: Sequence[tuple[Mapping[str, str], str, float]]) -> list[Session]:
+        """Start each ``(files, entry, timeout)`` in a fresh worker, all at once, and keep their pipes open.
+
+        The workers start together (their start-up overlaps) from the calling thread, which
+        must outlive them (bubblewrap's ``--die-with-parent`` follows the thread that started
+        it). ``timeout`` sets the rlimits (CPU seconds); the caller enforces its own wall-clock
+        deadline on each read and closes the sessions, which kills the programs.
+
+        Raises:
+            SandboxError: a worker did not start (none is left running).
+        """
+        if self._closed:
+            raise SandboxError(f"{self.name}: sessions() on a closed sandbox; make a new one.")
+        requests = []
+        for files, entry, timeout in programs:
+            if timeout <= 0:
+                raise ConfigError(f"Sandbox.sessions: timeout must be > 0, got {timeout}.")
+            requests.append(frame_request(program_files(None, files, entry), entry, self.limits.rlimits(timeout)))
+        workers: list[Worker] = []
+        try:
+            for _ in requests:
+                workers.append(self.acquire(wait=False))
+            for worker in workers:
+                worker.ensure_ready()
+            return [Session(w, r) for w, r in zip(workers, requests, strict=True)]
+        except BaseException:
+            for worker in workers:
+                worker.kill()
+            raise
 
     def close(self) -> None:
         self._closed = True

@@ -11,9 +11,12 @@ anything else on disk:
   cartesian joins), a cap on the length of any string or blob it builds, and a cap on the rows
   fetched.
 
-Failures are typed: the agent's own mistakes (broken SQL, a write, a timeout) raise
-:class:`prm_gym.core.errors.ToolError`; a missing or non-SQLite database raises :class:`DatabaseError`,
-an :class:`prm_gym.core.errors.InfraError`.
+Failures are typed by what failed, never by the error's text (which quotes the agent's SQL):
+the agent's own mistakes (broken SQL, a write, a timeout) raise
+:class:`prm_gym.core.errors.ToolError`; a missing or non-SQLite database, a closed connection,
+or an error whose SQLite code can mean a broken database when a probe of the database
+(``PRAGMA quick_check``) then fails too, raise :class:`DatabaseError`, an
+:class:`prm_gym.core.errors.InfraError`.
 """
 
 from __future__ import annotations
@@ -34,8 +37,25 @@ _ALLOWED_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 )
 _PROGRESS_OPS = 2000  # VM instructions between two clock checks
-#: sqlite messages that mean the database, not the query, is broken.
-_INFRA_MARKERS = ("malformed", "not a database", "unable to open", "disk I/O", "closed database")
+#: Primary SQLite result codes that can mean the database (not the query) failed: for these
+#: the database is probed before blaming it (an agent's query can raise some of them too).
+_SUSPECT_CODES = frozenset(
+    getattr(sqlite3, name)
+    for name in (
+        "SQLITE_PERM",
+        "SQLITE_BUSY",
+        "SQLITE_LOCKED",
+        "SQLITE_IOERR",
+        "SQLITE_CORRUPT",
+        "SQLITE_FULL",
+        "SQLITE_CANTOPEN",
+        "SQLITE_PROTOCOL",
+        "SQLITE_SCHEMA",
+        "SQLITE_NOTADB",
+    )
+)
+#: Seconds the soundness probe of a suspect database may take.
+PROBE_TIMEOUT_S = 10.0
 
 
 class DatabaseError(InfraError):
@@ -135,16 +155,50 @@ def connect_readonly(path: str | Path, *, copy: bool = False, max_length: int = 
     return conn
 
 
+def error_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of ``exc`` (None for errors raised by the sqlite3 module itself)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
 def agent_message(exc: Exception) -> str:
-    """A short explanation of a failed query, written for the agent."""
-    msg = str(exc)
-    if any(k in msg for k in ("not authorized", "authorization denied", "readonly", "query_only")):
+    """A short explanation of a failed query, written for the agent (chosen by error type and code)."""
+    code = error_code(exc)
+    if code in (sqlite3.SQLITE_AUTH, sqlite3.SQLITE_READONLY):
         return "only read-only queries (SELECT / WITH) are allowed; the statement was refused."
-    if "interrupted" in msg:
+    if code == sqlite3.SQLITE_INTERRUPT:
         return "the query ran past its time limit and was stopped; avoid unbounded joins or recursion."
-    if "one statement at a time" in msg:
-        return "send exactly one SQL statement per query."
-    return f"{type(exc).__name__}: {msg}"
+    if isinstance(exc, sqlite3.ProgrammingError | sqlite3.Warning) and code is None:
+        return f"send exactly one SQL statement per query, with no ? parameters ({exc})."
+    return f"{type(exc).__name__}: {exc}"
+
+
+def database_sound(path: Path | None, conn: sqlite3.Connection) -> bool:
+    """True when the database still opens and passes ``PRAGMA quick_check``.
+
+    ``path`` is the file (probed through a fresh connection); None probes ``conn`` itself
+    (an in-memory copy). Used only after an error whose code could mean a broken database.
+    """
+    try:
+        if path is not None:
+            check_sqlite_file(path)
+            probe = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            probe = conn
+            conn.set_authorizer(None)
+        deadline = time.perf_counter() + PROBE_TIMEOUT_S
+        probe.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_OPS)
+        try:
+            rows = probe.execute("PRAGMA quick_check(1)").fetchall()
+        finally:
+            probe.set_progress_handler(None, 0)
+            if probe is conn:
+                conn.set_authorizer(_authorizer)
+            else:
+                probe.close()
+    except (sqlite3.Error, DatabaseError, OSError):
+        return False
+    return rows == [("ok",)]
 
 
 class SQLiteDatabase:
@@ -158,6 +212,7 @@ class SQLiteDatabase:
     def __init__(self, path: str | Path, *, copy: bool = False):
         self.path = Path(path)
         self.name = self.path.stem
+        self.copy = copy
         self._conn: sqlite3.Connection | None = connect_readonly(path, copy=copy)
 
     @property
@@ -190,8 +245,7 @@ class SQLiteDatabase:
                 rows = rows[:max_rows]
             columns = tuple(d[0] for d in cur.description or ())
         except sqlite3.Error as exc:
-            if any(k in str(exc) for k in _INFRA_MARKERS):
-                raise DatabaseError(f"database {self.name!r} failed: {exc}.") from None
+            self._classify(exc)
             raise ToolError(agent_message(exc)) from None
         except (ValueError, OverflowError, MemoryError) as exc:
             raise ToolError(agent_message(exc)) from None
@@ -201,6 +255,19 @@ class SQLiteDatabase:
             if conn.in_transaction:
                 conn.rollback()
         return QueryResult(columns, tuple(rows), truncated, time.perf_counter() - start)
+
+    def _classify(self, exc: sqlite3.Error) -> None:
+        """Raise DatabaseError when ``exc`` came from the database, not from the query.
+
+        Decided by what failed, never by the message (which quotes the agent's SQL): an error
+        raised on a closed connection, or one whose SQLite code can mean a broken database
+        (corrupt, unreadable, locked, gone) when a probe of the database then fails too.
+        """
+        if self._conn is None or (error_code(exc) is None and not _open(self._conn)):
+            raise DatabaseError(f"database {self.name!r} failed: the connection is closed.") from None
+        if error_code(exc) in _SUSPECT_CODES and not database_sound(None if self.copy else self.path, self._conn):
+            name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+            raise DatabaseError(f"database {self.name!r} failed ({name}) and no longer passes a check: {exc}.")
 
     def tables(self) -> list[str]:
         rows = self.query(
@@ -232,6 +299,14 @@ class SQLiteDatabase:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _open(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.total_changes  # noqa: B018 (raises on a closed connection)
+    except sqlite3.ProgrammingError:
+        return False
+    return True
 
 
 def _lit(text: str) -> str:

@@ -28,12 +28,18 @@ class PostgresDatabase:
         except ImportError:
             raise DatabaseError("PostgreSQL tasks need psycopg: pip install 'prm-gym[sql-postgres]'.") from None
         self.name = name
+        self.dsn = dsn
         self._psycopg = psycopg
+        self._conn: Any = self._connect()
+
+    def _connect(self) -> Any:
+        psycopg = self._psycopg
         try:
-            self._conn: Any = psycopg.connect(dsn, autocommit=False, connect_timeout=10)
+            conn = psycopg.connect(self.dsn, autocommit=False, connect_timeout=10)
         except psycopg.Error as exc:
-            raise DatabaseError(f"cannot connect to PostgreSQL database {name!r}: {exc}".strip()) from None
-        self._conn.read_only = True
+            raise DatabaseError(f"cannot connect to PostgreSQL database {self.name!r}: {exc}".strip()) from None
+        conn.read_only = True
+        return conn
 
     def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float = 5.0) -> QueryResult:
         """Run one read-only query (see :meth:`prm_gym.sandbox.sql_db.SQLiteDatabase.query`)."""
@@ -53,19 +59,40 @@ class PostgresDatabase:
                 columns = tuple(d.name for d in cur.description)
         except psycopg.Error as exc:
             state = getattr(exc, "sqlstate", None) or ""
-            if isinstance(exc, psycopg.OperationalError) and not state.startswith(("57014", "54")):
-                raise DatabaseError(f"PostgreSQL database {self.name!r} failed: {exc}".strip()) from None
+            if self._conn.closed or self._conn.broken or isinstance(exc, psycopg.OperationalError):
+                self._recover(exc)  # the server is fine: the agent's query ended its own session
             if state == "57014":
                 raise ToolError("the query ran past its time limit and was stopped.") from None
             if state == "25006" or state == "42501":
                 raise ToolError("only read-only queries are allowed; the statement was refused.") from None
             raise ToolError(f"{type(exc).__name__}: {str(exc).strip()}") from None
         finally:
-            if not self._conn.closed:
+            if not self._conn.closed and not self._conn.broken:
                 self._conn.rollback()
         truncated = max_rows is not None and len(rows) > max_rows
         rows = rows[:max_rows] if max_rows is not None else rows
         return QueryResult(columns, tuple(tuple(r) for r in rows), truncated, time.perf_counter() - start)
+
+    def _recover(self, exc: Exception) -> None:
+        """After a failure that could be the server's: reconnect, or raise DatabaseError if it is down.
+
+        Decided by the server's state (a fresh connection answers ``SELECT 1``), never by the
+        error's text: a query that terminates its own backend (``pg_terminate_backend``) or runs
+        out of resources is the agent's error once the server is shown to be up.
+        """
+        fresh = self._connect()
+        try:
+            with fresh.cursor() as cur:
+                cur.execute("SELECT 1")
+            fresh.rollback()
+        except self._psycopg.Error as probe:
+            fresh.close()
+            raise DatabaseError(f"PostgreSQL database {self.name!r} failed: {exc} ({probe})".strip()) from None
+        if self._conn.closed or self._conn.broken:
+            self._conn.close()
+            self._conn = fresh
+        else:
+            fresh.close()
 
     def tables(self) -> list[str]:
         res = self.query(

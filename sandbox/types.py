@@ -23,6 +23,9 @@ class Limits:
         open_files: most open file descriptors (RLIMIT_NOFILE).
         tmpfs_mb: size of the private work directory (a tmpfs), in MiB.
         output_cap: bytes of stdout and of stderr kept; the rest is dropped and marked.
+        total_memory_mb: memory of the whole sandbox (all its processes and its work
+            directory's pages), in MiB, enforced by a cgroup where the host allows one (see
+            :mod:`prm_gym.sandbox.cgroup`); 0 means ``memory_mb + tmpfs_mb``.
     """
 
     timeout_s: float = 10.0
@@ -33,13 +36,23 @@ class Limits:
     open_files: int = 256
     tmpfs_mb: int = 64
     output_cap: int = DEFAULT_OUTPUT_CAP
+    total_memory_mb: int = 0
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "file_size_mb", "processes", "open_files", "tmpfs_mb", "output_cap"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}.")
+        if self.total_memory_mb < 0:
+            raise ConfigError(
+                f"Limits.total_memory_mb must be >= 0 (0 = memory_mb + tmpfs_mb), got {self.total_memory_mb}."
+            )
         if self.cpu_s < 0:
             raise ConfigError(f"Limits.cpu_s must be >= 0 (0 = derived from timeout_s), got {self.cpu_s}.")
+
+    @property
+    def total_bytes(self) -> int:
+        """The cap on the whole sandbox's memory, in bytes."""
+        return (self.total_memory_mb or self.memory_mb + self.tmpfs_mb) * 1024 * 1024
 
     def rlimits(self, timeout_s: float) -> dict[str, int]:
         """The rlimits (by ``resource`` constant name) for an execution bounded by ``timeout_s``."""

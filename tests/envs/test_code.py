@@ -56,9 +56,48 @@ def test_humaneval_canonical_pass_and_broken_fail(he_env, index):
     assert info["reward_outcome"] == 0.0
 
 
+@pytest.mark.slow
 def test_all_164_humaneval_canonical_solutions_pass(he_env):
     failed = [t.id for t in HUMANEVAL if _grade(he_env, t.id, t.answer)["reward_outcome"] != pytest.approx(1.0)]
     assert failed == []
+
+
+def test_20_humaneval_canonical_solutions_pass(he_env):
+    subset = list(HUMANEVAL)[3::8]  # 21 tasks spread over the set, HumanEval/32 (find_zero) among them
+    failed = [t.id for t in subset if _grade(he_env, t.id, t.answer)["reward_outcome"] != pytest.approx(1.0)]
+    assert len(subset) >= 20 and failed == []
+
+
+@pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/10", "HumanEval/32", "HumanEval/38", "HumanEval/95"])
+def test_bare_completion_grades_the_same_with_or_without_a_fence(he_env, task_id):
+    task = HUMANEVAL.get(task_id)
+    completion = task.answer[len(task.meta["prompt_code"]) :]
+    fenced = _grade(he_env, task_id, completion)
+    he_env.reset(options={"task_id": task_id})
+    _, _, _, _, bare = he_env.step(f"<answer>{completion}</answer>")
+    assert bare["reward_status"] == "ok"
+    assert fenced["reward_outcome"] == pytest.approx(1.0) and bare["reward_outcome"] == pytest.approx(1.0)
+    wrong = "    return None\n"
+    he_env.reset(options={"task_id": task_id})
+    _, _, _, _, info = he_env.step(f"<answer>{wrong}</answer>")
+    assert info["reward_outcome"] == _grade(he_env, task_id, wrong)["reward_outcome"] == 0.0
+
+
+def test_the_test_time_limit_defaults_to_humaneval_s_3_s_and_is_a_knob():
+    from prm_gym.rewards.unit_tests import UnitTestsJudge
+
+    assert UnitTestsJudge().timeout_s == 3.0
+    slow = "import time\ndef add(a, b):\n    time.sleep(4)\n    return a + b\n"
+    task = {
+        "id": "s",
+        "prompt": "add",
+        "answer": None,
+        "meta": {"entry_point": "add", "cases": ["assert add(1, 2) == 3"]},
+    }
+    with CodeEnv([task], sandbox="bwrap") as env:
+        assert _grade(env, "s", slow)["reward_outcome"] == 0.0
+    with CodeEnv([task], sandbox="bwrap", test_timeout_s=8.0) as env:
+        assert _grade(env, "s", slow)["reward_outcome"] == pytest.approx(1.0)
 
 
 def test_partial_credit_and_faked_results_earn_nothing(he_env):
@@ -124,3 +163,18 @@ def test_sandbox_failure_is_infra_error_not_a_wrong_answer():
     _, _, term, _, info = env.step(_submit("def f():\n    pass\n"))
     assert term and info["reward_status"] == "infra_error" and "error" in info["judge"]["rule/unit_tests"]
     env.close()
+
+
+def test_tests_may_use_a_module_only_the_solution_imports():
+    task = {
+        "id": "m",
+        "prompt": "area",
+        "answer": None,
+        "meta": {"entry_point": "area", "cases": ["assert math.isclose(area(1.0), 3.14159, rel_tol=1e-3)"]},
+    }
+    with CodeEnv([task], sandbox="bwrap") as env:
+        good = "import math\ndef area(r):\n    return math.pi * r * r\n"
+        assert _grade(env, "m", good)["reward_outcome"] == pytest.approx(1.0)
+        # a program's own top-level `math` is never what the tests call
+        fake = "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0.0\n"
+        assert _grade(env, "m", fake)["reward_outcome"] == 0.0

@@ -99,3 +99,13 @@ def test_postgres_episode_is_read_only_and_time_limited(pg_dsn: str) -> None:
     _, reward, term, _, info = env.step(format_answer("SELECT name FROM pet WHERE id <> 2"))
     assert term and info["reward_outcome"] == 1.0 and info["reward_status"] == "ok"
     env.close()
+
+
+def test_ending_its_own_session_is_the_agents_error_not_infra(pg_dsn: str) -> None:
+    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+
+    db = PostgresDatabase(pg_dsn)
+    with pytest.raises(ToolError):
+        db.query("SELECT pg_terminate_backend(pg_backend_pid())")
+    assert db.query("SELECT COUNT(*) FROM pet").rows == ((3,),)  # reconnected
+    db.close()

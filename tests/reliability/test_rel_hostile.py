@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from prm_gym.sandbox.cgroup import find_memory_cgroup
 from prm_gym.sandbox.protocol import make_sandbox
 from prm_gym.sandbox.types import Limits
 
@@ -39,7 +40,11 @@ SANDBOX_ATTEMPTS: dict[str, str] = {
     "proc_parent_cmdline": "import os; c=open(f'/proc/{os.getppid()}/cmdline','rb').read(); print('ESCAPED' if b'pytest' in c else 'blocked')",
     "sys_write": "open('/sys/kernel/mm/transparent_hugepage/enabled','w').write('never'); print('ESCAPED')",
     "setuid_root": "import os; os.setuid(0); os.setgid(0); open('/etc/pwned_rel2','w'); print('ESCAPED')",
-    "unshare_userns": "import os; os.unshare(os.CLONE_NEWUSER | os.CLONE_NEWNET); os.setuid(0); open('/etc/x','w'); print('ESCAPED')",
+    "unshare_userns": "import ctypes; r=ctypes.CDLL(None).unshare(0x10000000); print('ESCAPED' if r == 0 else 'blocked')",
+    "unshare_r_cli": "import subprocess; r=subprocess.run(['unshare','-r','id','-u'],capture_output=True,text=True); print('ESCAPED' if r.stdout.strip() == '0' else 'blocked')",
+    "tmpfs_past_work_limit": "import subprocess; r=subprocess.run(['unshare','-rm','sh','-c','mount -t tmpfs none /mnt && for i in 1 2 3 4; do head -c 50000000 /dev/zero > /mnt/x$i || exit 1; done && echo wrote'],capture_output=True,text=True); print('ESCAPED' if 'wrote' in r.stdout else 'blocked')",
+    "host_trees_visible": "import os; print('ESCAPED' if {'work','home','sys','var','opt'} & set(os.listdir('/')) else 'blocked')",
+    "host_nic_names": "import os; print('ESCAPED' if os.path.isdir('/sys/class/net') else 'blocked')",
     "chroot": "import os; os.chroot('/'); open('/etc/pwned_rel3','w'); print('ESCAPED')",
     "mount_tmpfs": "import ctypes; l=ctypes.CDLL(None); r=l.mount(b'none', b'/mnt', b'tmpfs', 0, None); print('ESCAPED' if r == 0 else 'blocked')",
     "kill_parent": "import os, signal; os.kill(os.getppid(), signal.SIGKILL); print('sent')",
@@ -53,6 +58,9 @@ SANDBOX_ATTEMPTS: dict[str, str] = {
     "many_fds": "fs=[open('/dev/null') for _ in range(100000)]; print('ESCAPED', len(fs))",
     "many_threads": "import threading, time\nts=[threading.Thread(target=time.sleep, args=(5,)) for _ in range(5000)]\n[t.start() for t in ts]\nprint('ESCAPED')",
     "memory_bomb": "x=bytearray(4*1024**3); print('ESCAPED')",
+    # 8 children of 200 MiB each (each under the 512 MiB RLIMIT_AS), held at once: 1.6 GiB without
+    # a total cap. Escaped when more than the sandbox's total (576 MiB) was held.
+    "fork_memory": "import os, time\nks=[]\nfor i in range(8):\n    p=os.fork()\n    if p == 0:\n        x=bytearray(200<<20)\n        for j in range(0,len(x),4096): x[j]=1\n        time.sleep(0.5)\n        os._exit(0)\n    ks.append(p)\nok=sum(os.waitpid(k,0)[1]==0 for k in ks)\nprint('ESCAPED' if ok*200 > 576 else 'blocked', ok)",
 }
 
 
@@ -64,7 +72,11 @@ def box():
 
 def test_sandbox_escape_suite(box, tmp_path: Path) -> None:
     parent_pid, contained, escaped = os.getpid(), 0, []
-    for name, body in SANDBOX_ATTEMPTS.items():
+    attempts = dict(SANDBOX_ATTEMPTS)
+    if find_memory_cgroup() is None:
+        attempts.pop("fork_memory")
+        print("\nfork_memory skipped: no memory cgroup can be made here (total cap not in force)")
+    for name, body in attempts.items():
         result = box.run(_attempt(body), timeout=4)
         host_ok = not any(
             Path(p).exists() for p in ("/etc/pwned_rel", "/usr/pwned_rel", "/etc/pwned_rel2", "/etc/pwned_rel3")
@@ -74,7 +86,7 @@ def test_sandbox_escape_suite(box, tmp_path: Path) -> None:
         else:
             contained += 1
     assert os.getpid() == parent_pid and box.run("print('alive')").stdout == "alive\n"
-    print(f"\nsandbox escape attempts: {len(SANDBOX_ATTEMPTS)}, contained: {contained}")
+    print(f"\nsandbox escape attempts: {len(attempts)}, contained: {contained} (total memory cap: {box.memory_cap})")
     assert escaped == [], escaped
 
 

@@ -63,7 +63,7 @@ def test_retries_then_succeeds(server: FakeOpenAIServer) -> None:
     server.fail_next(2, status=503)
     judge = judge_for(server, max_retries=2)
     assert score_batch(judge, [turn("Multiply 6 by 7.")])[0].score == 0.7
-    assert len(server.requests) == 3 and judge.usage.retries == 2
+    assert len(server.requests) == 3 and judge.usage.retries == 2 and judge.usage.requests == 3
 
 
 @pytest.mark.parametrize(("status", "retries"), [(500, 1), (429, 1), (0, 1), (400, 2)])
@@ -153,3 +153,12 @@ def test_structured_output_request(server: FakeOpenAIServer) -> None:
     fmt = server.requests[0]["response_format"]
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["schema"]["properties"]["score"] == {"type": "integer", "minimum": 0, "maximum": 10}
+
+
+def test_usage_counts_failed_requests_too(server: FakeOpenAIServer) -> None:
+    server.fail_next(5, status=500)
+    judge = judge_for(server, max_retries=1)
+    with pytest.raises(JudgeError):
+        score_batch(judge, [turn("Multiply 6 by 7.")])
+    assert judge.usage.requests == 2 and judge.usage.retries == 1 and judge.usage.errors == 1
+    assert judge.usage.latency_s > 0

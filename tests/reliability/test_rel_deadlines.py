@@ -1,0 +1,94 @@
+"""Every outside call has one total deadline: a server that dribbles a byte every half second
+cannot hold an LLM judge or an HTTP retriever past its ``timeout_s`` (a per-read timeout would
+restart with every byte: 61.6 s and more than 120 s before)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from prm_gym.core.errors import JudgeError, RetrievalError
+from prm_gym.core.parsing import parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.envs.search_index.client import HTTPRetriever
+from prm_gym.rewards.llm_judge import LLMJudge
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.types import Turn
+
+#: The dribbler gives up after this long, so the old per-read timeouts end the test too (late).
+DRIBBLE_FOR_S = 20.0
+
+
+class _Dribbler(BaseHTTPRequestHandler):
+    stop: threading.Event
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        end = time.monotonic() + DRIBBLE_FOR_S
+        try:
+            while time.monotonic() < end and not self.stop.is_set():
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                self.stop.wait(0.5)
+        except OSError:
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dribbler() -> Iterator[str]:
+    stop = threading.Event()
+    handler = type("Handler", (_Dribbler,), {"stop": stop})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _turn() -> Turn:
+    action = "I will multiply 6 by 7."
+    return Turn(Task("t", "What is 6 times 7?", "42"), 0, action, parse_action(action), (), (), False)
+
+
+def test_llm_judge_deadline_covers_reads_and_retries(dribbler: str) -> None:
+    judge = LLMJudge(base_url=dribbler + "/v1", timeout_s=2.0, max_retries=2, backoff_s=0.1)
+    start = time.monotonic()
+    with pytest.raises(JudgeError, match="deadline"):
+        score_batch(judge, [_turn()])
+    elapsed = time.monotonic() - start
+    print(f"\nllm judge vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2, max_retries=2)")
+    assert elapsed < 3.5
+    assert judge.usage.requests >= 1 and judge.usage.errors == 1
+
+
+def test_http_retriever_deadline_covers_the_whole_answer(dribbler: str) -> None:
+    retriever = HTTPRetriever(dribbler, timeout_s=2.0)
+    start = time.monotonic()
+    with pytest.raises(RetrievalError, match="deadline"):
+        retriever.search("who wrote it?")
+    elapsed = time.monotonic() - start
+    print(f"\nhttp retriever vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2)")
+    assert elapsed < 3.5
+    retriever.close()
+
+
+def test_defaults_keep_a_step_moving() -> None:
+    from prm_gym.envs.search_index.client import DEFAULT_TIMEOUT_S as RETRIEVER_S
+    from prm_gym.rewards.llm_judge import DEFAULT_TIMEOUT_S as JUDGE_S
+
+    assert LLMJudge().timeout_s == JUDGE_S == 30.0
+    assert HTTPRetriever("http://127.0.0.1:9").timeout_s == RETRIEVER_S == 10.0
