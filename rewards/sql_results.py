@@ -14,16 +14,13 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from prm_gym.core.errors import ToolError
-from prm_gym.sandbox.sql_db import Database, SQLiteDatabase, agent_message
+from prm_gym.sandbox.sql_db import Database, SQLiteDatabase
 
 Rows = tuple[tuple[Any, ...], ...]
 MatchMode = Literal["multiset", "set"]
@@ -90,29 +87,9 @@ def fetch_rows(db: Database, sql: str, timeout_s: float, limits: ResultLimits) -
         if rows_bytes(result.rows) > limits.bytes:
             raise ResultTooLarge(f"the result holds more than {limits.bytes} bytes")
         return result.rows
-    rows, failure, deadline = _stream_sqlite(db, sql, timeout_s, limits)
-    if failure is not None:
-        if time.perf_counter() <= deadline:  # let the database layer classify it (agent's or the database's)
-            db.query(sql, max_rows=0, timeout_s=timeout_s)
-        raise ToolError(agent_message(failure))
-    return rows
-
-
-def _stream_sqlite(
-    db: SQLiteDatabase, sql: str, timeout_s: float, limits: ResultLimits
-) -> tuple[Rows, sqlite3.Error | None, float]:
-    """Read the result row by row on the database's guarded connection (read-only authorizer,
-    length limit), with the same wall-clock stop as :meth:`SQLiteDatabase.query`."""
-    conn = db.conn
-    deadline = time.perf_counter() + timeout_s
-    conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), 2000)
-    cur = conn.cursor()
     rows: list[tuple[Any, ...]] = []
     size = 64
-    try:
-        cur.execute(sql)
-        if cur.description is None:
-            raise ToolError("only read-only queries (SELECT / WITH) are allowed; this statement returns no rows.")
+    with db.cursor(sql, timeout_s) as cur:  # row by row: never more than the bounds in memory
         for row in cur:
             size += row_bytes(row)
             rows.append(row)
@@ -120,16 +97,7 @@ def _stream_sqlite(
                 raise ResultTooLarge(f"the result has more than {limits.rows} rows")
             if size > limits.bytes:
                 raise ResultTooLarge(f"the result holds more than {limits.bytes} bytes")
-    except sqlite3.Error as exc:
-        return (), exc, deadline
-    except (ValueError, OverflowError, MemoryError) as exc:
-        raise ToolError(agent_message(exc)) from None
-    finally:
-        cur.close()
-        conn.set_progress_handler(None, 0)
-        if conn.in_transaction:
-            conn.rollback()
-    return tuple(rows), None, deadline
+    return tuple(rows)
 
 
 class ByteLRU(Generic[K, V]):

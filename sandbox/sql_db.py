@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -228,15 +230,8 @@ class SQLiteDatabase:
             ToolError: the SQL is broken, writes, holds several statements or runs too long.
             DatabaseError: the database itself failed (corrupt, vanished).
         """
-        conn = self.conn
         start = time.perf_counter()
-        deadline = start + timeout_s
-        conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_OPS)
-        cur = conn.cursor()
-        try:
-            cur.execute(sql)
-            if cur.description is None:
-                raise ToolError("only read-only queries (SELECT / WITH) are allowed; this statement returns no rows.")
+        with self.cursor(sql, timeout_s) as cur:
             if max_rows is None:
                 rows, truncated = cur.fetchall(), False
             else:
@@ -244,6 +239,27 @@ class SQLiteDatabase:
                 truncated = len(rows) > max_rows
                 rows = rows[:max_rows]
             columns = tuple(d[0] for d in cur.description or ())
+        return QueryResult(columns, tuple(rows), truncated, time.perf_counter() - start)
+
+    @contextmanager
+    def cursor(self, sql: str, timeout_s: float = 5.0) -> Iterator[sqlite3.Cursor]:
+        """A cursor over one read-only statement's rows, under the wall-clock stop; the rows may be
+        read one by one (a caller that bounds what it holds). Errors while executing or reading are
+        classified as in :meth:`query`; leaving the block ends the statement and its transaction.
+
+        Raises:
+            ToolError: the SQL is broken, writes, holds several statements or runs too long.
+            DatabaseError: the database itself failed (corrupt, vanished).
+        """
+        conn = self.conn
+        deadline = time.perf_counter() + timeout_s
+        conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_OPS)
+        cur = conn.cursor()
+        try:
+            cur.execute(sql)
+            if cur.description is None:
+                raise ToolError("only read-only queries (SELECT / WITH) are allowed; this statement returns no rows.")
+            yield cur
         except sqlite3.Error as exc:
             self._classify(exc)
             raise ToolError(agent_message(exc)) from None
@@ -254,7 +270,6 @@ class SQLiteDatabase:
             conn.set_progress_handler(None, 0)
             if conn.in_transaction:
                 conn.rollback()
-        return QueryResult(columns, tuple(rows), truncated, time.perf_counter() - start)
 
     def _classify(self, exc: sqlite3.Error) -> None:
         """Raise DatabaseError when ``exc`` came from the database, not from the query.

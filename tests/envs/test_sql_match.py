@@ -232,7 +232,8 @@ def test_the_judge_holds_a_bounded_amount_of_a_huge_result(db_path: Path, answer
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert verdict.score == 0.0 and "too large" in verdict.detail, verdict
+    # the endless query is stopped by whichever bound it meets first: the rows or (on a loaded machine) the clock
+    assert verdict.score == 0.0 and ("too large" in verdict.detail or "time limit" in verdict.detail), verdict
     # the bound, plus the row that crossed it (one value is at most 10 MB, SQLite's length cap here)
     assert peak < limits.bytes + (24 << 20), f"peak {peak / 2**20:.0f} MiB"
     assert DATABASES._recent.bytes <= DATABASES._recent.max_bytes and DATABASES._gold.bytes <= DATABASES._gold.max_bytes
