@@ -19,6 +19,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from prm_gym.core.errors import ConfigError
+
 DEFAULT_SYSTEM = "You are a careful assistant that solves tasks step by step and uses tools when they help."
 
 _TOOLS_BLOCK = """
@@ -71,10 +73,10 @@ class ChatTemplate:
         tools_block: str = "full",
     ):
         if tools_block not in ("full", "compact"):
-            raise ValueError(f"tools_block must be 'full' or 'compact', got {tools_block!r}.")
+            raise ConfigError(f"tools_block must be 'full' or 'compact', got {tools_block!r}.")
         self.tools_block = tools_block
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("the tokenizer has no chat_template; set tokenizer.chat_template first.")
+            raise ConfigError("the tokenizer has no chat_template; set tokenizer.chat_template first.")
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.observation_role = observation_role
@@ -98,7 +100,7 @@ class ChatTemplate:
         close = with_asst.split(marker, 1)[1]
         after = with_obs.split(marker, 1)[1]
         if not after.startswith(close):
-            raise ValueError("chat template renders an assistant turn inconsistently; cannot append turns.")
+            raise ConfigError("chat template renders an assistant turn inconsistently; cannot append turns.")
         return close, after[len(close) :]
 
     def system_message(self, tools: Sequence[dict[str, Any]]) -> str:

@@ -22,6 +22,26 @@ def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     for term in sorted({k for t in trajs for turn in t.turns for k in turn.terms}):
         out[f"reward/{term}"] = sum(x.terms.get(term, 0.0) for t in trajs for x in t.turns) / n
     out["turns"] = sum(len(t.turns) for t in trajs) / n
+    out.update(judge_usage(trajs))
+    return out
+
+
+def judge_usage(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Per judge: mean seconds a verdict took and tokens it spent, over the turns it scored
+    (``info["judge"][name]``; ``judge/<name>/latency_s``, ``judge/<name>/tokens``)."""
+    latency: dict[str, list[float]] = {}
+    tokens: dict[str, float] = {}
+    for t in trajs:
+        for turn in t.turns:
+            judged = turn.info.get("judge")
+            for name, d in judged.items() if isinstance(judged, dict) else ():
+                if isinstance(d, dict):
+                    latency.setdefault(name, []).append(float(d.get("latency_s") or 0.0))
+                    tokens[name] = tokens.get(name, 0.0) + float(d.get("tokens") or 0)
+    out = {}
+    for name, xs in latency.items():
+        out[f"judge/{name}/latency_s"] = sum(xs) / len(xs)
+        out[f"judge/{name}/tokens"] = tokens[name]
     return out
 
 

@@ -56,7 +56,11 @@ class TreeSample:
         return (
             self.leaves,
             self.grouping,
-            {"generated_tokens": float(self.generated_tokens), "tool_calls": float(self.tool_calls)},
+            {
+                "generated_tokens": float(self.generated_tokens),
+                "tool_calls": float(self.tool_calls),
+                "replayed_turns": float(self.replayed_turns),
+            },
         )
 
 

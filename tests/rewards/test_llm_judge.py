@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import Iterator
@@ -109,15 +108,12 @@ def test_bounded_concurrency() -> None:
         assert srv.max_in_flight == 3
 
 
-def test_works_inside_a_running_event_loop(server: FakeOpenAIServer) -> None:
+@pytest.mark.asyncio
+async def test_works_inside_a_running_event_loop(server: FakeOpenAIServer) -> None:
     judge = judge_for(server)
-
-    async def main() -> float:
-        sync_result = score_batch(judge, [turn("Multiply 6 by 7.")])[0].score  # sync call inside a loop
-        async_result = (await judge.ascore([turn("Multiply 7 by 6.")]))[0].score
-        return sync_result + async_result
-
-    assert math.isclose(asyncio.run(main()), 1.4)
+    sync_result = score_batch(judge, [turn("Multiply 6 by 7.")])[0].score  # sync call inside a running loop
+    async_result = (await judge.ascore([turn("Multiply 7 by 6.")]))[0].score
+    assert math.isclose(sync_result + async_result, 1.4)
 
 
 def test_trajectory_judge_scores_final_turn_with_reference(server: FakeOpenAIServer) -> None:

@@ -251,3 +251,10 @@ def test_a_bug_in_a_judge_fails_the_run_loudly(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="score"):
         main([*argv, "--eval.num-tasks", "1", "--eval.samples", "1"])
     assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_judge_usage_is_logged_per_judge(tmp_path: Path) -> None:
+    train(small(tmp_path, steps=1))
+    row = next(r for r in read_metrics(tmp_path) if "loss" in r)
+    keys = [k for k in row if k.startswith("judge/")]
+    assert any(k.endswith("/latency_s") for k in keys) and any(k.endswith("/tokens") for k in keys), row
