@@ -7,6 +7,8 @@ stop strings end a row as soon as they appear, and nothing is re-tokenised.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,7 +74,7 @@ class HFPolicy:
         done = [False] * n
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1, :]
+        past, logits = _cache_of(out), out.logits[:, -1, :]
         last_pos = positions[:, -1]
         stop_window = max((len(s) for s in params.stop), default=0) + 2
         for _ in range(params.max_new_tokens):
@@ -93,14 +95,11 @@ class HFPolicy:
                 break
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
             last_pos = last_pos + 1
+            step = {_cache_arg(self.model): past}
             out = self.model(
-                input_ids=tok[:, None],
-                attention_mask=mask,
-                position_ids=last_pos[:, None],
-                past_key_values=past,
-                use_cache=True,
+                input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None], use_cache=True, **step
             )
-            past, logits = out.past_key_values, out.logits[:, -1, :]
+            past, logits = _cache_of(out), out.logits[:, -1, :]
         return rows, lps, finish
 
     def _hit_stop(self, row: list[int], stop: Sequence[str], window: int) -> bool:
@@ -108,3 +107,21 @@ class HFPolicy:
             return False
         tail = self.tokenizer.decode(row[-window:])
         return any(s in tail for s in stop)
+
+
+def _cache_arg(model: Any) -> str:
+    """The forward keyword that takes the KV cache: ``cache`` in recent transformers (which warns
+    on the old name), ``past_key_values`` before."""
+    cls: Any = type(model)
+    return _cache_arg_of(cls)
+
+
+@functools.cache
+def _cache_arg_of(cls: Any) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache of a forward's output, under whichever name this transformers uses."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
