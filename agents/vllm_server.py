@@ -62,9 +62,6 @@ def free_port() -> int:
 def export_hf_weights(policy_id: str, directory: str | Path, *, untie: bool = False) -> Path:
     """Write an ``hf:`` policy's weights (fp32 safetensors) and tokenizer to ``directory``.
 
-    A GGUF-loaded model (``hf:smollm2-135m``) cannot be ``save_pretrained`` as is, so its
-    de-quantised weights are copied into a plain model of the same config first.
-
     Args:
         policy_id: the ``hf:`` id.
         directory: where to write.
@@ -80,19 +77,13 @@ def export_hf_weights(policy_id: str, directory: str | Path, *, untie: bool = Fa
 
     from prm_gym.core.models import load_hf
 
-    model, tok = load_hf(policy_id)
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    if getattr(model, "hf_quantizer", None) is not None or (untie and tied):
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        if untie:
-            config.tie_word_embeddings = False
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model, tok = load_hf(policy_id)  # a plain fp32 model, also for a GGUF file
+    if untie and bool(getattr(model.config, "tie_word_embeddings", False)):
+        model.config.tie_word_embeddings = False
+        plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
         plain.load_state_dict(model.state_dict(), strict=False)
-        if untie and tied:
-            with torch.no_grad():
-                plain.get_output_embeddings().weight.copy_(model.get_input_embeddings().weight)
+        with torch.no_grad():
+            plain.get_output_embeddings().weight.copy_(model.get_input_embeddings().weight)
         model = plain
     out = Path(directory)
     model.save_pretrained(out)

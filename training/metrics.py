@@ -156,6 +156,8 @@ def plot_metrics(out_dir: str | Path) -> list[Path]:
     ax.set(xlabel="step", ylabel="mean episode reward", title="reward")
     ax.legend(fontsize=8)
     out.append(_save(fig, Path(out_dir) / "reward.png"))
+    if any("eval/success" in r for r in evals):
+        out.append(_success_plot(plt, [r for r in evals if "eval/success" in r], Path(out_dir) / "success.png"))
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.plot(steps, [r.get("staleness_mean", 0.0) for r in rows], label="mean")
     ax.plot(steps, [r.get("staleness_max", 0.0) for r in rows], label="max")
@@ -163,6 +165,18 @@ def plot_metrics(out_dir: str | Path) -> list[Path]:
     ax.legend(fontsize=8)
     out.append(_save(fig, Path(out_dir) / "staleness.png"))
     return out
+
+
+def _success_plot(plt: Any, evals: list[dict[str, Any]], path: Path) -> Path:
+    """Held-out success over the steps, with a binomial standard-error band over the scored tasks."""
+    steps = [r["step"] for r in evals]
+    p = [r["eval/success"] for r in evals]
+    n = [max(r.get("eval/tasks_scored", 1.0), 1.0) for r in evals]
+    se = [math.sqrt(max(x * (1 - x), 0.0) / k) for x, k in zip(p, n, strict=True)]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.errorbar(steps, p, yerr=se, fmt="o-", capsize=3)
+    ax.set(xlabel="step", ylabel="held-out success", title="success (± 1 s.e.)", ylim=(0, 1))
+    return _save(fig, path)
 
 
 def _save(fig: Any, path: Path) -> Path:

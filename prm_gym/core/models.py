@@ -111,6 +111,22 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
     kwargs = {"gguf_file": gguf} if gguf else {}
     tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32", **kwargs)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model = plain_copy(model)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model.eval(), tok
+
+
+def plain_copy(model: Any) -> Any:
+    """A plain fp32 model with ``model``'s (de-quantised) weights: a GGUF-loaded model trains, but
+    transformers refuses to ``save_pretrained`` it, so checkpoints and exports need the copy."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict(), strict=False)
+    return plain.eval()

@@ -96,13 +96,21 @@ def test_tree_nodes_are_distinct_prefixes(tiny_tokenizer: Any) -> None:
     assert sample.generated_tokens < sum(leaf.num_generated_tokens for leaf in sample.leaves)
 
 
+TINY = ["--policy", "hf:tiny", "--demos", "2000", "--sft-steps", "1200", "--tool-fraction", "0.9"]
+TINY += ["--sft-lr", "3e-3", "--sft-batch", "16", "--lr", "3e-4", "--micro-batch", "16", "--max-new-tokens", "96"]
+TINY += ["--eval-tasks", "64", "--eval-every", "0", "--threads", "1"]
+
+
 @pytest.mark.slow
-def test_learn_raises_held_out_reward(tmp_path: Path) -> None:
+def test_learn_on_the_tiny_model_raises_held_out_success(tmp_path: Path) -> None:
+    """The pipeline of `make learn`, shortened to the small random model (about 15-20 min on 2 cores)."""
     from prm_gym.training.learn import main
 
-    result = main(["--output-dir", str(tmp_path)])  # exactly `make learn` (about 15-20 min on 2 cores)
-    saved = json.loads((tmp_path / "learn.json").read_text())
-    assert saved == pytest.approx(result)
-    assert (tmp_path / "grpo" / "reward.png").exists()
-    assert result["final_reward"] > result["initial_reward"] + result["initial_se"] + result["final_se"]
-    assert result["final_success"] > result["initial_success"]
+    result = main(["--output-dir", str(tmp_path), *TINY])
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["grpo"] == pytest.approx(result["grpo"]) and saved["steps"] == 30
+    assert (tmp_path / "grpo" / "reward.png").exists() and (tmp_path / "grpo" / "success.png").exists()
+    assert result["base"]["n"] == result["sft"]["n"] == result["grpo"]["n"] == 64
+    assert result["sft"]["success"] > result["base"]["success"]
+    assert result["grpo"]["success"] > result["sft"]["success"]
+    assert set(result["minutes"]) == {"base_eval", "sft", "grpo", "total"}
