@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -216,7 +217,7 @@ class RemoteEnv(gym.Env[str, str]):
         """The turn the server could not play: scored nothing, flagged infra_error, episode truncated."""
         self._turn += 1
         self._done = True
-        self._drop_session()
+        self._drop_session(wait=False)
         info: dict[str, Any] = {f"reward_{term}": 0.0 for term in self.reward_terms}
         info.update(
             reward_status="infra_error",
@@ -228,13 +229,19 @@ class RemoteEnv(gym.Env[str, str]):
         )
         return "The environment server failed; this episode ends here.", 0.0, False, True, info
 
-    def _drop_session(self) -> None:
-        """Forget the session, deleting it on the server if it can still be reached (briefly)."""
+    def _drop_session(self, wait: bool = True) -> None:
+        """Forget the session and delete it on the server, briefly (the server's idle reaper
+        closes it if it cannot be reached); ``wait=False`` deletes it from a background thread,
+        so a failed step returns within its deadline."""
         sid, self._sid = self._sid, None
         if sid is None:
             return
-        with contextlib.suppress(httpx.HTTPError):  # unreachable: the server's idle reaper closes it
-            self._http.delete(f"/sessions/{sid}", timeout=min(2.0, self.timeout_s))
+        url, timeout = f"{self.url}/sessions/{sid}", min(2.0, self.timeout_s)
+        if wait:
+            with contextlib.suppress(httpx.HTTPError):
+                self._http.delete(url, timeout=timeout)
+            return
+        threading.Thread(target=_delete_quietly, args=(url, timeout), name="prm-remote-drop", daemon=True).start()
 
     @property
     def tasks(self) -> RemoteTasks:
@@ -261,3 +268,8 @@ class RemoteEnv(gym.Env[str, str]):
         finally:
             self._http.close()
             super().close()
+
+
+def _delete_quietly(url: str, timeout: float) -> None:
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.delete(url, timeout=timeout)

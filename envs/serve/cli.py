@@ -39,7 +39,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     )
     p.add_argument("--idle-timeout-s", type=float, default=300.0, help="close sessions idle this long")
     p.add_argument("--max-sessions", type=int, default=256, help="most open sessions")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="longer request bodies get 413")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="longer bodies get 413 (default: 1 MiB or room for the longest action)",
+    )
     p.add_argument("--threads", type=int, default=64, help="env calls running at once")
     p.add_argument("--imports", action="append", default=[], help="a module to import first (third-party envs)")
     a = p.parse_args(argv)

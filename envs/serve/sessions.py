@@ -53,7 +53,8 @@ class ServerConfig:
         allow_kwargs: the keys a session's ``env_kwargs`` may set.
         idle_timeout_s: a session unused this long is closed.
         max_sessions: the most open sessions; creating one more answers 503.
-        max_body_bytes: a longer request body answers 413.
+        max_body_bytes: a longer request body answers 413 (None: 1 MiB, or more when the env's
+            action space admits longer actions).
         threads: env calls running at once (each in a worker thread).
         reap_every_s: how often the reaper looks for idle sessions (default: a quarter of the timeout, at most 5 s).
     """
@@ -63,7 +64,7 @@ class ServerConfig:
     allow_kwargs: frozenset[str] = DEFAULT_ALLOWED_KWARGS
     idle_timeout_s: float = 300.0
     max_sessions: int = 256
-    max_body_bytes: int = 1 << 20
+    max_body_bytes: int | None = None
     threads: int = 64
     reap_every_s: float | None = None
 
@@ -73,7 +74,7 @@ class ServerConfig:
                 f"--env {self.env_id!r} is not registered; pass --imports <module> for a third-party env."
             )
         for name in ("idle_timeout_s", "max_sessions", "max_body_bytes", "threads"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}.")
 
 
@@ -99,11 +100,20 @@ class EnvServer:
         self.cfg = cfg
         self.sessions: dict[str, Session] = {}
         self.closed_by_reaper = 0
+        self.creating = 0  # sessions being made (counted against max_sessions)
         probe = gym.make(cfg.env_id, **cfg.env_kwargs)
         try:
             self.tools = list(getattr(probe.unwrapped, "tool_schemas", []))
+            max_action = int(getattr(probe.action_space, "max_length", 0))
         finally:
             probe.close()
+        need = 12 * max_action + 1024  # JSON escapes a non-BMP character as 12 ASCII bytes
+        self.max_body_bytes = cfg.max_body_bytes or max(1 << 20, need)
+        if self.max_body_bytes < need:
+            raise ConfigError(
+                f"--max-body-bytes {cfg.max_body_bytes} cannot carry every action {cfg.env_id} admits "
+                f"({max_action} characters); use at least {need}."
+            )
         self.limiter = anyio.CapacityLimiter(cfg.threads)
 
     # ----------------------------------------------------------------- sessions
@@ -141,18 +151,21 @@ class EnvServer:
 
     def check_capacity(self) -> None:
         """503 when the server already holds ``max_sessions`` sessions."""
-        if len(self.sessions) >= self.cfg.max_sessions:
+        if len(self.sessions) + self.creating >= self.cfg.max_sessions:
             raise HTTPError(503, f"the server holds its --max-sessions limit ({self.cfg.max_sessions}); close sessions")
 
     async def create(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """A new session whose env is made with ``kwargs``; its description."""
         self.check_capacity()
+        self.creating += 1
         try:
             env = await self._run(lambda: gym.make(self.cfg.env_id, **kwargs))
         except (ConfigError, TaskError, TypeError) as exc:
             raise HTTPError(400, f"env_kwargs rejected by {self.cfg.env_id}: {type(exc).__name__}: {exc}") from exc
         except InfraError as exc:
             raise HTTPError(503, f"{self.cfg.env_id} could not start: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.creating -= 1
         return self.add(env, kwargs)
 
     def add(self, env: gym.Env[Any, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +239,7 @@ class EnvServer:
     # ----------------------------------------------------------------- HTTP
     async def body(self, request: Request) -> dict[str, Any]:
         """The request's JSON object; 413 past the size limit, 400 when not UTF-8 JSON."""
-        limit = self.cfg.max_body_bytes
+        limit = self.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise HTTPError(413, f"request body of {declared} bytes exceeds the limit of {limit} (--max-body-bytes)")

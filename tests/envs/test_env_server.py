@@ -166,6 +166,16 @@ def test_idle_sessions_are_reaped_and_their_envs_closed(flaky: tuple[EnvServer, 
     env.close()
 
 
+def test_stopping_the_server_closes_every_session() -> None:
+    server = EnvServer(ServerConfig("test/Flaky-v0"))
+    before = FlakyEnv.closed
+    with serve_in_thread(server) as url:
+        for _ in range(3):
+            httpx.post(url + "/sessions", json={"env_kwargs": {"num_tasks": 2}}).raise_for_status()
+        assert len(server.sessions) == 3
+    assert not server.sessions and FlakyEnv.closed == before + 3
+
+
 def test_bad_requests_get_4xx_with_a_reason(flaky: tuple[EnvServer, str]) -> None:
     server, url = flaky
     sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
@@ -234,10 +244,28 @@ def test_an_unreachable_server_is_an_infra_error_within_the_deadline(flaky: tupl
         start = time.monotonic()
         out = pool.submit(env.step, "slow").result()
     assert out[4]["reward_status"] == "infra_error" and out[3]
-    assert time.monotonic() - start < 1.4
+    assert time.monotonic() - start < 1.2  # the deadline (0.5 s) held, cleanup included
     env.close()
     with pytest.raises(RemoteEnvUnavailable):
         RemoteEnv("http://127.0.0.1:9", timeout_s=0.3)
+
+
+def test_session_limit_and_body_limit() -> None:
+    from prm_gym.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max-body-bytes"):
+        EnvServer(ServerConfig("test/Flaky-v0", max_body_bytes=1000))
+    with serve_in_thread(EnvServer(ServerConfig("test/Flaky-v0", max_sessions=1))) as url:
+        env = RemoteEnv(url)
+        r = httpx.post(url + "/sessions", json={})
+        assert r.status_code == 503 and "--max-sessions" in r.json()["error"]
+        with pytest.raises(RemoteEnvUnavailable, match="max-sessions"):
+            RemoteEnv(url)
+        env.reset(seed=0)
+        # a lone surrogate crosses the wire and the env flags it, as a local env does
+        assert env.step("<answer>\ud800</answer>")[4]["parse"]["issues"] == "invalid_unicode"
+        assert env.step("<answer>\U0001f680</answer>")[4]["answer"] == "\U0001f680"
+        env.close()
 
 
 def test_fork_continues_from_the_turn_boundary(math_url: str) -> None:
@@ -305,3 +333,38 @@ def test_tree_grpo_forks_sessions_on_the_env_server(math_url: str, tmp_path: Pat
     argv += ["--output-dir", str(tmp_path), "--no-progress", "--no-tensorboard", "--tools-prompt", "compact"]
     assert main([*argv, "--sampling.max-new-tokens", "4", "--eval.num-tasks", "1", "--eval.samples", "1"]) == 0
     assert httpx.get(math_url + "/health").json()["sessions"] == 0
+
+
+def test_prm_serve_command_serves_until_terminated(tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "prm_gym.envs.serve.cli", "--env", "prm/Math-v0", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "--env-kwargs", '{"num_tasks": 5}'], stderr=subprocess.PIPE, text=True, env=os.environ
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert httpx.get(url + "/health").json()["env"] == "prm/Math-v0"
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr and proc.stderr.read()
+                time.sleep(0.1)
+        env = RemoteEnv(url)
+        assert len(env.tasks) == 5 and env.reset(seed=0)[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully (the lifespan closes every session), then re-raises the signal
+        assert proc.wait(20) in (0, -signal.SIGTERM)
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    bad = subprocess.run([*cmd, "--env-kwargs", "[1]"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "JSON object" in bad.stderr
