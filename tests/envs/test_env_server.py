@@ -22,6 +22,9 @@ import prm_gym  # noqa: F401
 from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.remote import RemoteEnv, RemoteEnvError, RemoteEnvUnavailable
+
+pytest.importorskip("fastapi", reason="the env server needs the serve extra (fastapi, uvicorn)")
+
 from prm_gym.envs.serve.app import serve_in_thread
 from prm_gym.envs.serve.cli import parse_args
 from prm_gym.envs.serve.sessions import EnvServer, ServerConfig
