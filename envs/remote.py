@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import httpx
 
-from prm_gym.core.errors import InfraError, PRMError
+from prm_gym.core.errors import ConfigError, InfraError, PRMError
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task
 from prm_gym.envs.serve.wire import dumps, from_wire
@@ -106,7 +106,7 @@ class RemoteEnv(gym.Env[str, str]):
         _session: dict[str, Any] | None = None,
     ):
         if timeout_s <= 0:
-            raise RemoteEnvError(400, f"timeout_s must be positive, got {timeout_s}")
+            raise ConfigError(f"RemoteEnv timeout_s must be positive, got {timeout_s}.")
         self.url = url.rstrip("/")
         self.env_kwargs = dict(env_kwargs or {})
         self.timeout_s = timeout_s
@@ -165,6 +165,8 @@ class RemoteEnv(gym.Env[str, str]):
             payload = from_wire(json.loads(raw.decode("utf-8")))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RemoteEnvUnavailable(f"{method} {self.url}{path}: answer {status} is not JSON ({exc})") from exc
+        if not isinstance(payload, dict):
+            raise RemoteEnvUnavailable(f"{method} {self.url}{path}: answer {status} is not a prm-serve JSON object")
         if status >= 500:
             raise RemoteEnvUnavailable(f"env server answered {status}: {payload.get('error', payload)}")
         if status >= 400:

@@ -90,7 +90,7 @@ class Session:
 
 
 class EnvServer:
-    """The sessions and the FastAPI app serving them (see the module docstring).
+    """The sessions of one env and the work behind each endpoint (the app: :func:`prm_gym.envs.serve.app.build_app`).
 
     Args:
         cfg: what to serve. The env is made once here, so a bad ``--env-kwargs`` fails at start.
