@@ -190,25 +190,35 @@ class AsyncConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Held-out evaluation: success rate and pass@k."""
+    """Held-out evaluation: reward, success rate, pass@k and maj@k."""
 
     env_kwargs: str = '{"split": "test"}'
     """JSON keyword arguments for the held-out env (merged over --env-kwargs)."""
     num_tasks: int = 32
     """Held-out tasks evaluated (the first ones of the held-out task set)."""
     samples: int = 4
-    """Samples per task (n of pass@k); pass@1 and pass@n are reported."""
+    """Samples per task (n of pass@k); without --eval.k, pass@1 and pass@n are reported."""
     temperature: float = 1.0
     """Sampling temperature for evaluation (0 = greedy, then use samples=1)."""
     success_threshold: float = 1.0
     """An episode succeeds when its outcome return reaches this."""
     every: int = 0
     """Evaluate every this many training steps (0: only at the start and the end)."""
+    k: tuple[int, ...] = ()
+    """The k of pass@k and maj@k, e.g. --eval.k 1 4 8 (each at most samples; empty: 1 and samples).
+    Reported overall, per difficulty level and per env (docs/training.md, "Evaluation")."""
 
     def __post_init__(self) -> None:
         parse_json_kwargs("eval.env_kwargs", self.env_kwargs)
         _check(self.num_tasks >= 1, "eval.num_tasks", self.num_tasks, "use >= 1")
         _check(self.samples >= 1, "eval.samples", self.samples, "use >= 1")
+        _check(
+            all(1 <= k <= self.samples for k in self.k),
+            "eval.k",
+            self.k,
+            f"each k must be in [1, eval.samples={self.samples}]; raise --eval.samples to at least "
+            f"{max(self.k, default=1)} (pass@k and maj@k need k samples per task)",
+        )
         _check(self.temperature >= 0, "eval.temperature", self.temperature, "use >= 0")
         _check(self.every >= 0, "eval.every", self.every, "use >= 0")
 
@@ -221,6 +231,10 @@ class TrainConfig:
     """Registered env id."""
     env_kwargs: str = ""
     """JSON keyword arguments for gym.make, e.g. '{"levels": [1]}'."""
+    env_url: str = ""
+    """A prm-serve env server (e.g. http://host:8000): rollout workers and evaluation play RemoteEnv
+    sessions on it instead of gym.make. --env must name the env it serves; --env-kwargs and
+    --eval.env-kwargs are sent with each session (only keys its --allow-kwargs names)."""
     imports: tuple[str, ...] = ()
     """Modules to import first, so their envs and judges resolve (e.g. weather_agent)."""
     policy: str = "hf:tiny"
@@ -286,6 +300,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check("/" in self.env, "env", self.env, "give a registered id such as prm/Math-v0")
         parse_json_kwargs("env_kwargs", self.env_kwargs)
+        _check(
+            not self.env_url or re.fullmatch(r"https?://[^\s/]+(/\S*)?", self.env_url) is not None,
+            "env_url",
+            self.env_url,
+            "give the env server's base URL, e.g. http://localhost:8000 (start one with prm-serve)",
+        )
         _check(
             self.policy.startswith(("hf:", "vllm:", "vllm-engine:")),
             "policy",

@@ -1,18 +1,51 @@
-"""Held-out evaluation: mean reward with its standard error, success rate and pass@k."""
+"""Held-out evaluation: mean reward with its standard error, success rate, pass@k and maj@k,
+overall, per difficulty level and per env.
+
+Definitions (docs/training.md, "Evaluation"):
+
+* an episode *succeeds* when its outcome return reaches ``--eval.success-threshold``;
+* ``pass@k`` is the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` over a task's ``n`` scored
+  samples with ``c`` successes (Chen et al. 2021), averaged over tasks; a task with fewer than
+  ``k`` scored samples uses ``k = n``;
+* ``maj@k``: the first ``k`` scored samples of a task vote with their final answers (the last
+  turn's ``info["answer"]``, whitespace collapsed; a sample with no answer does not vote); the
+  most frequent answer wins, a tie going to the answer given first; the task counts as solved
+  when the first sample that gave the winning answer succeeded (no answer at all: unsolved);
+* episodes with a turn flagged ``infra_error`` are left out of every denominator and counted in
+  ``infra_error_episodes``.
+
+Every key also comes per difficulty (``pass@4/level=2``, from ``task.meta["level"]``) and per env
+(``pass@4/env=prm/Math-v0``, from ``task.meta["env"]`` or the run's env id).
+"""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from prm_gym.agents.chat import ChatTemplate
-from prm_gym.agents.rollout import rollout
+from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
-from prm_gym.core.policy import SamplingParams
+from prm_gym.core.policy import Policy, SamplingParams
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.run import env_factory, task_ids_of
+
+
+@dataclass(frozen=True)
+class EvalSample:
+    """One evaluation episode, as the report counts it."""
+
+    task_id: str
+    reward: float
+    success: bool
+    answer: str | None = None
+    infra_error: bool = False
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -22,26 +55,111 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def evaluate(policy: HFPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
-    """Play ``cfg.eval.samples`` episodes on each of the first ``cfg.eval.num_tasks`` held-out tasks.
+def final_answer(traj: Trajectory) -> str | None:
+    """The episode's final answer (last turn's ``info["answer"]``, whitespace collapsed), or None."""
+    if not traj.turns:
+        return None
+    answer = traj.turns[-1].info.get("answer")
+    text = " ".join(str(answer).split()) if answer is not None else ""
+    return text or None
 
-    Uses its own sampler RNG (seeded from ``cfg.seed``), so evaluating never changes the
-    training run's random stream. Returns ``reward``, ``reward_se`` (standard error over
-    tasks), ``success``, ``pass@1`` and ``pass@<n>`` over the episodes that were scored;
-    episodes that ended in ``infra_error`` are left out of every denominator and counted in
-    ``infra_error_episodes``.
+
+def majority_solved(samples: Sequence[EvalSample]) -> bool:
+    """Whether the majority answer of ``samples`` is right (ties: the answer given first)."""
+    votes = Counter(s.answer for s in samples if s.answer is not None)
+    if not votes:
+        return False
+    top = max(votes.values())
+    first = next(s for s in samples if s.answer is not None and votes[s.answer] == top)
+    return first.success
+
+
+def summarise(
+    rewards: Mapping[str, list[float]],
+    wins: Mapping[str, int],
+    k: int | Sequence[int],
+    infra: int,
+    votes: Mapping[str, Sequence[EvalSample]] | None = None,
+) -> dict[str, float]:
+    """Reward (mean over tasks, with its standard error), success and pass@k for each ``k``
+    (an int ``k``: 1 and ``k``) over the episodes that were scored, and maj@k from ``votes`` (each
+    task's scored samples in order) when given; ``infra_error_episodes`` counts the ones left out."""
+    ks = sorted({1, int(k)}) if isinstance(k, int) else sorted(set(k))
+    scored = [t for t in rewards if rewards[t]]
+    out: dict[str, float] = {"infra_error_episodes": float(infra), "tasks_scored": float(len(scored))}
+    if not scored:
+        return out
+    per_task = np.array([np.mean(rewards[t]) for t in scored])
+    out["reward"] = float(per_task.mean())
+    out["reward_se"] = float(per_task.std(ddof=1) / math.sqrt(len(scored))) if len(scored) > 1 else 0.0
+    out["success"] = float(np.mean([wins[t] / len(rewards[t]) for t in scored]))
+    for kk in ks:
+        out[f"pass@{kk}"] = float(
+            np.mean([pass_at_k(len(rewards[t]), wins[t], min(kk, len(rewards[t]))) for t in scored])
+        )
+    if votes is not None:
+        for kk in ks:
+            out[f"maj@{kk}"] = float(np.mean([majority_solved(list(votes[t])[:kk]) for t in scored]))
+    return out
+
+
+def score(samples: Sequence[EvalSample], ks: Sequence[int]) -> dict[str, float]:
+    """:func:`summarise` of these samples (in sample order per task)."""
+    rewards: dict[str, list[float]] = {}
+    wins: dict[str, int] = {}
+    votes: dict[str, list[EvalSample]] = {}
+    infra = 0
+    for s in samples:
+        rewards.setdefault(s.task_id, [])
+        wins.setdefault(s.task_id, 0)
+        votes.setdefault(s.task_id, [])
+        if s.infra_error:  # not the agent's: out of every denominator, and counted
+            infra += 1
+            continue
+        rewards[s.task_id].append(s.reward)
+        wins[s.task_id] += int(s.success)
+        votes[s.task_id].append(s)
+    return summarise(rewards, wins, ks, infra, votes)
+
+
+def report(
+    samples: Sequence[EvalSample], ks: Sequence[int], groups: Mapping[str, Mapping[str, Any]]
+) -> dict[str, float]:
+    """:func:`score` over all samples, then per group: ``groups[task_id]`` maps a dimension
+    (``level``, ``env``) to the task's value; keys come out as ``pass@4/level=2``."""
+    out = score(samples, ks)
+    dims = sorted({d for g in groups.values() for d in g})
+    for dim in dims:
+        values = sorted({str(g[dim]) for g in groups.values() if g.get(dim) is not None})
+        for value in values:
+            part = [s for s in samples if str(groups.get(s.task_id, {}).get(dim)) == value]
+            out.update({f"{key}/{dim}={value}": v for key, v in score(part, ks).items()})
+    return out
+
+
+def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
+    """Play ``cfg.eval.samples`` episodes on each of the first ``cfg.eval.num_tasks`` held-out
+    tasks and :func:`report` them (``--eval.k``; default: pass@1 and pass@samples).
+
+    An :class:`HFPolicy` samples with its own RNG (seeded from ``cfg.seed``), so evaluating never
+    changes the training run's random stream; any other policy (a vLLM one, a FakePolicy) is used
+    as it is. With ``--env-url`` the episodes are played on the env server.
     """
     e = cfg.eval
-    make_env = env_factory(cfg.env, cfg.eval_env_kwargs)
+    make_env = env_factory(cfg.env, cfg.eval_env_kwargs, cfg.env_url)
     probe = make_env()
-    ids = task_ids_of(probe, "eval.env_kwargs")[: e.num_tasks]
-    probe.close()
-    sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=cfg.seed + 7919)
+    try:
+        ids = task_ids_of(probe, "eval.env_kwargs")[: e.num_tasks]
+        tasks = probe.unwrapped.tasks  # type: ignore[attr-defined]
+        groups = {tid: _groups(tasks.get(tid).meta, cfg.env) for tid in ids}
+    finally:
+        probe.close()
+    sampler: Policy = policy
+    if isinstance(policy, HFPolicy):
+        sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=cfg.seed + 7919)
     params = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=e.temperature)
     jobs = [(tid, j) for tid in ids for j in range(e.samples)]
-    rewards: dict[str, list[float]] = {tid: [] for tid in ids}
-    wins: dict[str, int] = dict.fromkeys(ids, 0)
-    infra = 0
+    samples: list[EvalSample] = []
     envs = [make_env() for _ in range(min(chunk, len(jobs)))]
     try:
         for lo in range(0, len(jobs), chunk):
@@ -56,29 +174,17 @@ def evaluate(policy: HFPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int 
                 max_context_tokens=cfg.sampling.max_context_tokens,
             )
             for (tid, _), traj in zip(part, trajs, strict=True):
-                if traj.infra_error:  # not the agent's: out of every denominator, and counted
-                    infra += 1
-                    continue
-                rewards[tid].append(traj.total_reward)
                 outcome, _ = outcome_and_process(traj, cfg.loss.outcome_terms)
-                wins[tid] += int(outcome >= e.success_threshold)
+                success = outcome >= e.success_threshold
+                samples.append(EvalSample(tid, traj.total_reward, success, final_answer(traj), traj.infra_error))
     finally:
         for env in envs:
             env.close()
-    return summarise(rewards, wins, e.samples, infra)
+    return report(samples, e.k or (1, e.samples), groups)
 
 
-def summarise(rewards: dict[str, list[float]], wins: dict[str, int], k: int, infra: int) -> dict[str, float]:
-    """Reward (mean over tasks, with its standard error), success, pass@1 and pass@k over the
-    episodes that were scored; ``infra_error_episodes`` counts the ones left out."""
-    scored = [t for t in rewards if rewards[t]]
-    out: dict[str, float] = {"infra_error_episodes": float(infra), "tasks_scored": float(len(scored))}
-    if not scored:
-        return out
-    per_task = np.array([np.mean(rewards[t]) for t in scored])
-    out["reward"] = float(per_task.mean())
-    out["reward_se"] = float(per_task.std(ddof=1) / math.sqrt(len(scored))) if len(scored) > 1 else 0.0
-    out["success"] = float(np.mean([wins[t] / len(rewards[t]) for t in scored]))
-    out["pass@1"] = float(np.mean([pass_at_k(len(rewards[t]), wins[t], 1) for t in scored]))
-    out[f"pass@{k}"] = float(np.mean([pass_at_k(len(rewards[t]), wins[t], min(k, len(rewards[t]))) for t in scored]))
+def _groups(meta: Mapping[str, Any], env_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"env": meta.get("env") or env_id}
+    if meta.get("level") is not None:
+        out["level"] = meta["level"]
     return out

@@ -17,13 +17,18 @@ import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.hf import HFPolicy
+from prm_gym.envs.remote import RemoteEnv
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint, model_state, save_checkpoint
 from prm_gym.training.config import TrainConfig
 
 
-def env_factory(env_id: str, kwargs: dict[str, Any]) -> Callable[[], gym.Env]:
-    """A function building ``gym.make(env_id, **kwargs)``; checks the id once."""
+def env_factory(env_id: str, kwargs: dict[str, Any], env_url: str = "") -> Callable[[], gym.Env]:
+    """A function building ``gym.make(env_id, **kwargs)``; checks the id once. With ``env_url``,
+    it opens a :class:`RemoteEnv` session on that env server instead (the id need not be
+    registered here: the server checks it serves ``env_id``)."""
+    if env_url:
+        return lambda: RemoteEnv(env_url, env_id=env_id, env_kwargs=kwargs)
     if env_id not in gym.registry:
         known = ", ".join(sorted(k for k in gym.registry if k.startswith("prm/")))
         raise ConfigError(f"env={env_id!r} is not registered; known prm ids: {known}.")
@@ -60,7 +65,7 @@ def build_run(cfg: TrainConfig) -> Run:
         policy.model.load_state_dict(model_state(load_checkpoint(cfg.init_checkpoint)))
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ref = copy.deepcopy(policy.model).eval() if cfg.loss.kl_coef > 0 else None
-    make_env = env_factory(cfg.env, cfg.env_kwargs_dict)
+    make_env = env_factory(cfg.env, cfg.env_kwargs_dict, cfg.env_url)
     probe = make_env()
     train_ids = task_ids_of(probe, "env")
     spec = getattr(probe.unwrapped, "judge_spec", None)

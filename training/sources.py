@@ -131,6 +131,7 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
     return WorkerSpec(
         env_id=cfg.env,
         env_kwargs=cfg.env_kwargs_dict,
+        env_url=cfg.env_url,
         policy=cfg.policy,
         tokenizer=cfg.vllm_weights or cfg.policy,
         imports=cfg.imports,

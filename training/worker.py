@@ -24,6 +24,7 @@ from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
+from prm_gym.envs.remote import RemoteEnv
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.tree import TreeSample, sample_trees
 
@@ -34,7 +35,8 @@ class WorkerSpec:
 
     Attributes:
         env_id: the registered env id.
-        env_kwargs: keyword arguments for ``gym.make``.
+        env_kwargs: keyword arguments for ``gym.make`` (or the remote session's env).
+        env_url: a ``prm-serve`` env server: the worker's envs are :class:`RemoteEnv` sessions on it.
         policy: ``hf:<id>`` or ``vllm-engine:<dir>`` (weights published by the learner), or
             ``vllm:<url>[,<url>...]``.
         tokenizer: for a ``vllm:`` policy, the ``hf:`` id whose tokenizer the server speaks.
@@ -46,6 +48,7 @@ class WorkerSpec:
 
     env_id: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_url: str = ""
     policy: str = "hf:tiny"
     tokenizer: str = "hf:tiny"
     served_model: str = "policy"
@@ -93,6 +96,12 @@ class RolloutWorker:
         self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt)
         self.envs: list[Any] = []
 
+    def make_env(self) -> gym.Env[str, str]:
+        """A new env: ``gym.make``, or a session on the env server when the spec names one."""
+        if self.spec.env_url:
+            return RemoteEnv(self.spec.env_url, env_id=self.spec.env_id, env_kwargs=self.spec.env_kwargs)
+        return gym.make(self.spec.env_id, **self.spec.env_kwargs)
+
     def ping(self) -> int:
         return os.getpid()
 
@@ -122,7 +131,7 @@ class RolloutWorker:
         if tree is not None:
             return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
         while len(self.envs) < len(seeds):
-            self.envs.append(gym.make(self.spec.env_id, **self.spec.env_kwargs))
+            self.envs.append(self.make_env())
         trajs = rollout(
             self.envs[: len(seeds)],
             self.policy,
@@ -138,7 +147,7 @@ class RolloutWorker:
         self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig
     ) -> TreeSample:
         sample = sample_trees(
-            lambda: gym.make(self.spec.env_id, **self.spec.env_kwargs),
+            self.make_env,
             self.policy,
             self.chat,
             [task_id],

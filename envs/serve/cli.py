@@ -1,0 +1,83 @@
+"""``prm-serve``: serve one registered env over HTTP (FastAPI under uvicorn).
+
+Examples::
+
+    prm-serve --env prm/SQL-v0 --port 8000
+    prm-serve --env prm/Math-v0 --env-kwargs '{"levels": [1, 2]}' --idle-timeout-s 120
+    prm-serve --imports weather_agent --env weather/Forecast-v0 --host 0.0.0.0
+
+Play it with :class:`prm_gym.envs.remote.RemoteEnv` (a ``gymnasium.Env``), ``train-agent
+--env-url http://host:8000``, or plain HTTP from any language (see docs/envs/remote.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+
+from prm_gym.core.errors import ConfigError, PRMError
+from prm_gym.envs.serve.app import build_app
+from prm_gym.envs.serve.sessions import DEFAULT_ALLOWED_KWARGS, EnvServer, ServerConfig
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, int]:
+    """The server's config, host and port from command-line flags."""
+    p = argparse.ArgumentParser(
+        prog="prm-serve", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--env", required=True, help="registered env id, e.g. prm/SQL-v0")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--env-kwargs", default="", help="JSON keyword arguments for gym.make, e.g. '{\"levels\": [1]}'")
+    p.add_argument(
+        "--allow-kwargs",
+        default=",".join(sorted(DEFAULT_ALLOWED_KWARGS)),
+        help="comma-separated env kwargs a client may set per session (default: %(default)s)",
+    )
+    p.add_argument("--idle-timeout-s", type=float, default=300.0, help="close sessions idle this long")
+    p.add_argument("--max-sessions", type=int, default=256, help="most open sessions")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="longer bodies get 413 (default: 1 MiB or room for the longest action)",
+    )
+    p.add_argument("--threads", type=int, default=64, help="env calls running at once")
+    p.add_argument("--imports", action="append", default=[], help="a module to import first (third-party envs)")
+    a = p.parse_args(argv)
+    for module in a.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"--imports {module}: {exc}") from exc
+    try:
+        kwargs = json.loads(a.env_kwargs) if a.env_kwargs.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--env-kwargs must be a JSON object such as '{{\"levels\": [1]}}': {exc}") from exc
+    if not isinstance(kwargs, dict):
+        raise ConfigError("--env-kwargs must be a JSON object such as '{\"levels\": [1]}'.")
+    allow = frozenset(k.strip() for k in a.allow_kwargs.split(",") if k.strip())
+    cfg = ServerConfig(a.env, kwargs, allow, a.idle_timeout_s, a.max_sessions, a.max_body_bytes, a.threads)
+    return cfg, a.host, a.port
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point of ``prm-serve``."""
+    import uvicorn
+
+    try:
+        cfg, host, port = parse_args(argv)
+        server = EnvServer(cfg)
+    except (PRMError, TypeError) as exc:
+        print(f"prm-serve: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"prm-serve: serving {cfg.env_id} on http://{host}:{port}", file=sys.stderr)
+    uvicorn.run(build_app(server), host=host, port=port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
