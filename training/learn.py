@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary["minutes"]["total"] = (t3 - t0) / 60
     gain = summary["grpo"]["success"] - summary["sft"]["success"]
     se_diff = math.hypot(summary["grpo"]["se"], summary["sft"]["se"])
-    summary["grpo_gain_over_sft"] = {"success": gain, "in_se": gain / se_diff if se_diff else float("inf")}
+    in_se = gain / se_diff if se_diff else (0.0 if gain == 0 else math.copysign(math.inf, gain))
+    summary["grpo_gain_over_sft"] = {"success": gain, "in_se": in_se}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     for name in phases:
         r = summary[name]
