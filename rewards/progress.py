@@ -1,8 +1,7 @@
 """Progress scorers: how much a turn moved the policy toward the gold answer.
 
-* :class:`InfoGainJudge` (``progress/info_gain``), in the style of IGPO: the change, caused by
-  the turn, in the policy's mean per-token log-probability of the gold answer (teacher-forced as
-  ``<answer>gold</answer>``). Score range: any real number; positive means the turn helped.
+* :class:`InfoGainJudge` (``progress/info_gain``, in :mod:`prm_gym.rewards.info_gain`): IGPO's
+  information gain, the change the turn causes in the policy's probability of the gold answer.
 * :class:`MonteCarloProgressJudge` (``progress/mc``), in the style of PAV / SPA: the change in the
   success rate of ``samples`` short continuations (one sampled assistant turn each) started
   after the turn versus before it. On the turn that submits the answer, "after" is that answer's
@@ -15,18 +14,20 @@ its ``model`` and ``tokenizer`` (an :class:`prm_gym.core.hf.HFPolicy`), Monte-Ca
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.core.errors import ConfigError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.policy import SamplingParams
-from prm_gym.rewards.lm import load_policy, messages_after, messages_before, prompt_ids, target_logprobs
+from prm_gym.rewards.info_gain import InfoGainJudge
+from prm_gym.rewards.lm import load_policy, messages_after, messages_before, prompt_ids
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.rule import gold_answers, math_equal, normalize_answer
 from prm_gym.rewards.types import Turn, Verdict
+
+__all__ = ["InfoGainJudge", "MonteCarloProgressJudge", "is_correct"]
 
 
 def is_correct(answer: str | None, gold: Any, check: str = "math") -> bool:
@@ -37,55 +38,6 @@ def is_correct(answer: str | None, gold: Any, check: str = "math") -> bool:
     if check == "math":
         return any(math_equal(g, answer) for g in golds)
     return any(normalize_answer(g) == normalize_answer(answer) for g in golds)
-
-
-class InfoGainJudge:
-    """IGPO-style information gain of a turn (term ``process``, scope ``turn``).
-
-    Args:
-        policy: an HFPolicy or a policy id.
-        answer_template: how the gold answer is written as the policy's next turn.
-        seed: seed for an id naming a randomly initialised model.
-    """
-
-    name = "progress/info_gain"
-    term = "process"
-    scope: Scope = "turn"
-
-    def __init__(self, policy: Any = "hf:tiny", answer_template: str = "<answer>{answer}</answer>", seed: int = 0):
-        if "{answer}" not in answer_template:
-            raise ConfigError("answer_template must contain '{answer}'.")
-        self.answer_template = answer_template
-        self._spec, self._seed = policy, seed
-        self._policy: Any = None
-
-    @property
-    def policy(self) -> Any:
-        if self._policy is None:
-            self._policy = load_policy(self._spec, self._seed)
-        return self._policy
-
-    def gold_logprob(self, messages: list[dict[str, str]], gold: str) -> float:
-        """Mean per-token log-probability of the gold answer as the next assistant turn."""
-        tok = self.policy.tokenizer
-        target = list(tok.encode(self.answer_template.format(answer=gold), add_special_tokens=False))
-        lps = target_logprobs(self.policy.model, prompt_ids(tok, messages), target)
-        return sum(lps) / len(lps)
-
-    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
-        out = []
-        for turn in turns:
-            golds = gold_answers(turn.task.answer)
-            if not golds:
-                raise JudgeError(f"{self.name}: task {turn.task.id!r} has no gold answer.")
-            start = time.perf_counter()
-            before = self.gold_logprob(messages_before(turn), golds[0])
-            after = self.gold_logprob(messages_after(turn), golds[0])
-            gain = after - before
-            if not math.isfinite(gain):
-                raise JudgeError(f"{self.name}: non-finite information gain {gain!r}.")
-            out.append(Verdict(gain, latency_s=time.perf_counter() - start, detail=f"{before:.3f}->{after:.3f}"))
-        return out
 
 
 class MonteCarloProgressJudge:

@@ -16,7 +16,7 @@ from prm_gym.core.tools import ToolResult
 from prm_gym.rewards.implicit import ImplicitPRM, turn_rewards
 from prm_gym.rewards.lm import messages_before, prompt_ids, target_logprobs
 from prm_gym.rewards.prm import DiscriminativePRM
-from prm_gym.rewards.progress import InfoGainJudge, MonteCarloProgressJudge
+from prm_gym.rewards.progress import MonteCarloProgressJudge
 from prm_gym.rewards.protocol import score_batch
 from prm_gym.rewards.registry import make_judge
 from prm_gym.rewards.types import Turn
@@ -74,16 +74,6 @@ def test_implicit_prm_matches_log_ratio(tiny_policy: Any) -> None:
     assert math.isclose(verdict.score, expected, rel_tol=1e-5) and verdict.score != 0.0
     same = ImplicitPRM(policy=tiny_policy, ref=tiny_policy)
     assert score_batch(same, [turn])[0].score == 0.0  # identical models: no implicit reward
-
-
-def test_info_gain_is_change_in_gold_logprob(tiny_policy: Any) -> None:
-    judge = make_judge("progress/info_gain", policy=tiny_policy)
-    turn = _turn(CALL, results=(ToolResult("calculator", True, "42"),))
-    verdict = score_batch(judge, [turn])[0]
-    assert isinstance(judge, InfoGainJudge)
-    before = judge.gold_logprob([{"role": "user", "content": TASK.prompt}], "42")
-    assert math.isfinite(verdict.score) and verdict.score != 0.0
-    assert verdict.detail.startswith(f"{before:.3f}->")
 
 
 def test_mc_progress_with_a_policy_that_needs_the_tool(tiny_tokenizer: Any) -> None:
