@@ -80,18 +80,12 @@ def test_mc_progress_with_a_policy_that_needs_the_tool(tiny_tokenizer: Any) -> N
     def script(prompt: str, i: int) -> str:  # answers right only once the tool result is visible
         return "<answer>42</answer>" if "<tool_response>\n42" in prompt else "<answer>41</answer>"
 
-    judge = MonteCarloProgressJudge(policy=FakePolicy(tiny_tokenizer, script), samples=3)
+    judge = MonteCarloProgressJudge(policy=FakePolicy(tiny_tokenizer, script), samples=3, horizon=1)
     helpful = _turn(CALL, results=(ToolResult("calculator", True, "42"),))
     useless = _turn("Hmm, let me think.")
     final_right, final_wrong = _turn("<answer>42</answer>"), _turn("<answer>40</answer>")
     scores = [v.score for v in score_batch(judge, [helpful, useless, final_right, final_wrong])]
     assert scores == [1.0, 0.0, 1.0, 0.0]
-
-
-def test_mc_progress_runs_on_hf_tiny(tiny_policy: Any) -> None:
-    judge = MonteCarloProgressJudge(policy=tiny_policy, samples=2, max_new_tokens=8)
-    verdict = score_batch(judge, [_turn(CALL)])[0]
-    assert -1.0 <= verdict.score <= 1.0 and verdict.tokens and verdict.tokens > 0
 
 
 @pytest.mark.parametrize("mode", ["separator", "classifier"])
