@@ -36,6 +36,7 @@ BUILTIN_JUDGES: dict[str, str] = {
     "llm/trajectory": "prm_gym.rewards.llm_judge:trajectory_judge",
     "prm/discriminative": "prm_gym.rewards.prm:DiscriminativePRM",
     "prm/implicit": "prm_gym.rewards.implicit:ImplicitPRM",
+    "prm/prime": "prm_gym.rewards.prime:OnlineImplicitPRM",
     "progress/info_gain": "prm_gym.rewards.info_gain:InfoGainJudge",
     "progress/mc": "prm_gym.rewards.progress:MonteCarloProgressJudge",
     "tool/format": "prm_gym.rewards.tool_use:ToolFormatJudge",
