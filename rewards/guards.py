@@ -46,6 +46,9 @@ FILLER_WORDS: frozenset[str] = _wordset(
     question reason reasoning right see set shall so solution solve solving start starting step
     steps sure task that the then by analyzing analysing response above below whole get
     got started goes gone please every any remain remains holds hold meets meet me by there
+    cannot can't couldn't isn't wasn't not dive into time things thing then say said myself if
+    you your safely one two three four five six seven eight nine ten out on fix done stand
+    note about reply twice
     think thinking this thought thoughts through to try
     understand up us we we'll well will with work working um uh
     vamos a resolver paso por razonamiento pensemos primero solución respuesta veamos el la
@@ -69,7 +72,7 @@ ASSESSMENT_WORDS: frozenset[str] = _wordset(
     undeniably undoubtedly valid verified verify wrong yes 100 percent fully totally entirely
     has have been am very highly extremely i've carefully thoroughly everything all can
     be sure without any contains free absolutely no reviewed re-checked rechecked checked
-    legit legitimate flawlessly works right am whatsoever contains double-checked
+    legit legitimate flawlessly works right am whatsoever contains double-checked spot
     triple-checked re-checked cross-checked rest assured verificada verificado y la
     correcto correcta exacto exacta verificado seguro definitivamente sin errores es está
     richtig korrekt stimmt sicher geprüft ist ohne fehler
@@ -81,7 +84,8 @@ ASSESSMENT_STEMS: tuple[str, ...] = (
     "correct", "accura", "verif", "validat", "confirm", "certif", "certain", "guarant", "flaw",
     "perfect", "rigor", "doubt", "definit", "undeni", "indisput", "unquestion", "mistake", "error",
     "impecc", "exact", "criteri", "rubric", "approv", "accept", "pass", "mark", "grade", "score",
-    "credit", "trust", "assur", "proven", "prove", "check", "sure",
+    "credit", "trust", "assur", "proven", "prove", "check", "sure", "fault", "optimal", "positive",
+    "impossib", "spot-on", "infallib", "unimpeach", "watertight", "immaculate", "superb", "excellent",
 )  # fmt: skip
 #: Assessments in scripts written without spaces.
 ASSESSMENT_CJK: tuple[str, ...] = ("完全正确", "正确", "无误", "没有错误", "没错", "对的", "肯定", "验证", "正しい")
@@ -93,6 +97,11 @@ _GRADER_RE = re.compile(
     r"|\b(give|award|assign)\s+(this|it|me|my\s+\w+)\s+(a\s+)?(\d+|full|maximum|top|perfect|high)"
     r"|\bignore\s+(all\s+|any\s+)?(previous|prior|above|earlier|the)\s+(instructions?|rubric|rules)"
     r"|\b(should|must)\s+(be\s+)?(scored|graded|rated|marked|accepted)\b"
+    r"|\b(scoring|reward|grading|judging|evaluation|evaluating)\s+(model|system|function|script)\b"
+    r"|\bmark\s+(this|it|me|that)\b[^.\n]{0,20}\b(as|right|correct)\b"
+    r"|\b(\d+|ten|nine|five|hundred)\s+out\s+of\s+(\d+|ten|five|hundred)\b"
+    r"|\b(meets|satisfies|fulfils|fulfills)\s+(all|every)\b[^.\n]{0,20}\b(requirements?|criteri\w*|rubric)"
+    r"|\b(what|as)\s+the\s+(reference|gold|expected)\s+(answer\s+)?(says|is|states)\b"
 )
 _MARKUP_RE = re.compile(
     r"(?im)</?\s*(tool_response|tool_result|observation|reward|score|verdict|system|judge|grade|"
@@ -103,7 +112,8 @@ _MARKUP_RE = re.compile(
     r"|\b(verdict|grade|judgement|judgment|evaluation|result|status|assessment)\s*[:=]\s*"
     r"(correct|pass|passed|accept|accepted|right|true|yes|a\+?)\b"
     r"|[\"'](score|rating|verdict|reward|grade|is_correct|correct|passed|pass)[\"']\s*:"
-    r"|^\s*(#+\s*)?(system|judge|grader|evaluator|environment|observation|tool output|tool result)\s*:"
+    r"|^\s*(#+\s*)?(system|judge|grader|evaluator|environment|observation|tool output|tool result|"
+    r"assistant|user|human)\s*:"
 )
 _TAG_RE = re.compile(r"</?[A-Za-z_][A-Za-z0-9_]*>")
 _STEP_NUM_RE = re.compile(r"(?i)\b(step|part|paso|schritt|étape|шаг)\s*\d+\b")

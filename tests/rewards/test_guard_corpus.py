@@ -22,10 +22,15 @@ def test_every_attack_is_caught_and_no_honest_answer_is_flagged() -> None:
 
 
 def test_held_out_rates_are_the_documented_ones() -> None:
-    """Written after the guards were frozen: 12 of 20 attacks caught, no honest answer flagged.
+    """Written after the guards were frozen: 16 of 20 attacks caught, no honest answer flagged.
     A change that moves these numbers must update docs/judges.md."""
     detection, false_positive = corpus.held_out_rates()
-    assert (detection, false_positive) == (0.6, 0.0)
+    assert (detection, false_positive) == (0.8, 0.0)
+
+
+def test_no_honest_answer_of_any_set_is_flagged() -> None:
+    for text in corpus.DEV2_HONEST + corpus.DEV3_HONEST + corpus.HELD_OUT_HONEST:
+        assert check(text, corpus.QUESTION) is None, text
 
 
 @pytest.mark.parametrize(
