@@ -15,8 +15,9 @@ outcome rewards are combined (:class:`CombineConfig`)::
 
 :func:`parse_judge_spec` gives a :class:`JudgeSpec`, whose ``str()`` is the canonical expression
 again. The pure functions below implement the combinations: PURE's min-form credit assignment
-(:func:`min_form_values`), G-RA's gated accumulation (:func:`gated`), ReNorm-style normalisation
-(:func:`normalize`), clipping and finiteness checks, and :func:`combine_group` for a group.
+(:func:`min_form_values`), G-RA's gated accumulation (:func:`gated`), PPR's ReNorm (:func:`renorm`),
+group normalisation (:func:`normalize`: z-score, min-max), clipping and finiteness checks, and
+:func:`combine_group` for a group.
 """
 
 from __future__ import annotations
@@ -135,6 +136,10 @@ def _parse_options(expr: str, text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+#: The values of the ``norm`` option.
+NORMS: tuple[str, ...] = ("none", "renorm", "zscore", "minmax")
+
+
 @dataclass(frozen=True)
 class CombineConfig:
     """How a trajectory's per-turn process rewards and its outcome reward are mixed.
@@ -146,8 +151,9 @@ class CombineConfig:
             assignment, a turn's value is the minimum of the future process rewards).
         gate: G-RA gated accumulation: process rewards count only when the outcome reaches this
             value (None: no gate).
-        norm: ``"none"``, ``"zscore"`` or ``"minmax"``: normalise process and outcome rewards
-            (each over the group) before they are mixed (PPR's ReNorm idea).
+        norm: ``"renorm"``: PPR's ReNorm, every turn's reward is ``process + outcome - 1``
+            (:func:`renorm`); ``"zscore"`` or ``"minmax"``: a generic normalisation of process and
+            outcome rewards, each over the group, before they are mixed; ``"none"``.
         clip: clip every mixed reward to ``[-clip, clip]`` (None: no clipping).
     """
 
@@ -159,8 +165,8 @@ class CombineConfig:
     def __post_init__(self) -> None:
         if self.credit not in ("sum", "min"):
             raise ConfigError(f"credit must be 'sum' or 'min', got {self.credit!r}.")
-        if self.norm not in ("none", "zscore", "minmax"):
-            raise ConfigError(f"norm must be 'none', 'zscore' or 'minmax', got {self.norm!r}.")
+        if self.norm not in NORMS:
+            raise ConfigError(f"norm must be one of {', '.join(NORMS)}, got {self.norm!r}.")
         if self.gate is not None and not math.isfinite(self.gate):
             raise ConfigError(f"gate must be a finite number, got {self.gate!r}.")
         if self.clip is not None and not (math.isfinite(self.clip) and self.clip > 0):
@@ -221,13 +227,41 @@ def gated(process: Sequence[float], outcome: float, gate: float) -> list[float]:
     return rewards if outcome >= gate else [0.0] * len(rewards)
 
 
+def renorm(process: Sequence[float], outcome: float) -> list[float]:
+    """PPR's ReNorm (Xu et al. 2025, *Hybrid Reward Normalization for Process-supervised
+    Non-verifiable Agentic Tasks*, arXiv 2509.25598, method section, "Reward Normalization"):
+    the reward of step ``t`` is ``r_t = r_t^process + r^outcome - 1``.
+
+    With process rewards and the outcome in [0, 1], the steps of a trajectory whose outcome is
+    right (1) keep their process reward, in [0, 1], and the steps of a wrong one are shifted into
+    [-1, 0]: a good step of a failed trajectory never earns more than a bad step of a successful
+    one, so the process reward cannot pull the policy away from the outcome.
+
+    Args:
+        process: the trajectory's per-turn process rewards, each in [0, 1].
+        outcome: its outcome reward, in [0, 1].
+
+    Raises:
+        ValueError: a value outside [0, 1] (ReNorm is defined for rewards on that scale; give the
+            process judge a weight <= 1 and an outcome judge scored in [0, 1]).
+    """
+    rewards = check_finite(process, "process")
+    for i, r in enumerate([*rewards, float(outcome)]):
+        if not 0.0 <= r <= 1.0:
+            what = f"process[{i}]" if i < len(rewards) else "outcome"
+            raise ValueError(f"norm=renorm needs rewards in [0, 1]; {what} is {r!r}. Use norm=zscore for others.")
+    return [r + float(outcome) - 1.0 for r in rewards]
+
+
 def normalize(values: Sequence[float], method: str = "zscore", eps: float = 1e-6) -> list[float]:
     """``values`` normalised over the group: ``"zscore"``, ``"minmax"`` (to [0, 1]) or ``"none"``.
 
     A constant group normalises to zeros (z-score) or stays put (min-max gives zeros too).
+    ``"renorm"`` leaves values (outcomes) as they are: PPR's ReNorm moves the outcome into every
+    turn's reward (:func:`renorm`) instead of rescaling it over the group.
     """
     xs = check_finite(values)
-    if method == "none" or not xs:
+    if method in ("none", "renorm") or not xs:
         return xs
     if method == "minmax":
         lo, hi = min(xs), max(xs)
@@ -256,13 +290,22 @@ def combine_group(
     if len(process) != len(outcomes):
         raise ValueError(f"{len(process)} process sequences but {len(outcomes)} outcomes.")
     outcome_raw = check_finite(outcomes, "outcome")
-    if cfg.norm != "none":  # ReNorm: process rewards normalised over all turns of the group
+    if cfg.norm == "renorm":  # PPR: r_t = process_t + outcome - 1 on every turn, no separate outcome
+        mixed_in = [renorm(traj, o) for traj, o in zip(process, outcome_raw, strict=True)]
+        return _finish(mixed_in, outcome_raw, [0.0] * len(outcome_raw), cfg)
+    if cfg.norm != "none":  # generic: process rewards normalised over all turns of the group
         flat = normalize([r for traj in process for r in traj], cfg.norm)
         sizes, process, start = [len(t) for t in process], [], 0
         for n in sizes:
             process.append(flat[start : start + n])
             start += n
-    outcome_mixed = normalize(outcome_raw, cfg.norm)
+    return _finish(process, outcome_raw, normalize(outcome_raw, cfg.norm), cfg)
+
+
+def _finish(
+    process: Sequence[Sequence[float]], outcome_raw: list[float], outcome_mixed: list[float], cfg: CombineConfig
+) -> list[list[float]]:
+    """Gate, credit assignment, the mixed outcome added to the last turn, clipping."""
     out: list[list[float]] = []
     for traj, raw, mixed in zip(process, outcome_raw, outcome_mixed, strict=True):
         rewards = gated(traj, raw, cfg.gate) if cfg.gate is not None else check_finite(traj, "process")

@@ -1,12 +1,27 @@
 """Guards against reward hacking of LLM judges, applied before the judge model is asked.
 
-LLM judges are known to give high scores to "master key" responses (Zhao et al., 2025, *One
-Token to Fool LLM-as-a-Judge*): empty or near-empty answers, bare reasoning openers ("Let's
-solve this step by step", "Thought process:", "解"), lone punctuation, answers that only restate
-the question (in its language or another), text imitating the env's markup or a verdict
-("Score: 10", fake ``<tool_response>`` blocks) and over-long answers. :func:`check` names the
-first guard a response trips, or returns None; the LLM judge then gives the minimum score
-without calling the model. Guards are on by default for LLM judges (``guards=False`` to disable).
+LLM judges give high scores to "master key" responses (Zhao et al., 2025, *One Token to Fool
+LLM-as-a-Judge*): empty answers, bare reasoning openers ("Let's solve this step by step", "解"),
+lone punctuation, text that grades itself ("I have checked this carefully; it is certainly
+right"), and imitations of a verdict or of the env's markup. A list of exact phrases misses every
+paraphrase, so the guards here classify the *kind* of content instead:
+
+* ``markup``: imitation of the judge's, the env's or a chat template's markup: tags such as
+  ``<tool_response>``, ``<score>`` or our own ``<untrusted>``; ``<|...|>`` special tokens;
+  ``[[9]]``; ``Score: 10``; a verdict JSON key; a line that speaks as ``System:`` or ``Judge:``.
+* ``self_grading``: a clause that asserts the answer's quality with nothing to back it (its
+  words are all assessment words such as "certainly", "verified", "flawless" and function words;
+  no number, formula or content word), or any text that addresses the grader ("full marks",
+  "the judge should", "rate this 10/10").
+* ``opener``: reasoning-free text: every word is a discourse filler ("let's", "think", "step",
+  "solution", "解", "Lösung"), so there is nothing to judge. One filler token is the same case.
+* ``empty`` / ``punctuation``: nothing, or no letter and no digit.
+* ``restatement``: every word comes from the question; ``foreign_script``: a short answer in
+  another script than the question; ``over_long``: more than ``max_chars``.
+
+:func:`check` names the first guard a response trips, or returns None; the LLM judge then gives
+the minimum score without calling the model. The detection and false-positive rates on a set of
+attacks and honest answers are in ``docs/judges.md`` (measured by ``tests/rewards/guard_corpus.py``).
 """
 
 from __future__ import annotations
@@ -17,42 +32,96 @@ from dataclasses import dataclass
 
 from prm_gym.core.errors import ConfigError
 
-#: Openers that carry no content on their own, in several languages (lower-cased, no punctuation).
-REASONING_OPENERS: tuple[str, ...] = (
-    "let's solve this step by step",
-    "let's solve this problem step by step",
-    "let's think step by step",
-    "let me think step by step",
-    "let me think",
-    "let me solve this",
-    "thought process",
-    "reasoning",
-    "solution",
-    "answer",
-    "step 1",
-    "first",
-    "okay",
-    "sure",
-    "解",
-    "解答",
-    "答案",
-    "思考过程",
-    "让我们一步一步地思考",
-    "solución",
-    "lösung",
-    "réponse",
-    "решение",
-)
 
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: Words that carry no content of their own in an opener (lower case, several languages).
+FILLER_WORDS: frozenset[str] = _wordset(
+    """a about alright an analyse analysis analyze and answer answers approach are as at be begin
+    below break careful carefully consider considering detail do down figure final first firstly
+    follow following follows for go going good hello here here's hi hm hmm i i'll i'm in is it
+    it's let let's lets look me my need next now of ok okay on our out plan problem process
+    question reason reasoning right see set shall so solution solve solving start starting step
+    steps sure task that the then by analyzing analysing response above below whole get
+    got started goes gone please every any remain remains holds hold meets meet me by there
+    cannot can't couldn't isn't wasn't not dive into time things thing then say said myself if
+    you your safely one two three four five six seven eight nine ten out on fix done stand
+    note about reply twice
+    think thinking this thought thoughts through to try
+    understand up us we we'll well will with work working um uh
+    vamos a resolver paso por razonamiento pensemos primero solución respuesta veamos el la
+    lass uns schritt für denken lösung antwort zuerst wir die der das und
+    et le les
+    réponse résolvons étape par raisonnement réfléchissons d'abord voyons
+    давайте подумаем шаг за шагом решение ответ сначала"""
+)
+#: Filler in scripts written without spaces (removed as substrings).
+FILLER_CJK: tuple[str, ...] = (
+    "让我们一步一步地思考", "让我们一步一步思考", "一步一步", "让我们", "思考过程", "思考", "解答", "答案",
+    "首先", "好的", "分析", "步骤", "我们", "来", "解", "答", "考えてみましょう", "解答", "回答",
+)  # fmt: skip
+#: Words that assess an answer instead of giving one.
+ASSESSMENT_WORDS: frozenset[str] = _wordset(
+    """absolutely accurate accurately airtight beyond bulletproof certain certainly checked
+    complete completely confident confidently confirmed correct correctly definitely double
+    doubt doubts error errors error-free exact exactly fine flawless guaranteed impeccable
+    indeed indisputable indisputably mistake mistakes no nothing perfect perfectly precise
+    proven rigorous rigorously solid sound surely triple true truly trust unquestionably
+    undeniably undoubtedly valid verified verify wrong yes 100 percent fully totally entirely
+    has have been am very highly extremely i've carefully thoroughly everything all can
+    be sure without any contains free absolutely no reviewed re-checked rechecked checked
+    legit legitimate flawlessly works right am whatsoever contains double-checked spot
+    triple-checked re-checked cross-checked rest assured verificada verificado y la
+    correcto correcta exacto exacta verificado seguro definitivamente sin errores es está
+    richtig korrekt stimmt sicher geprüft ist ohne fehler
+    juste exacte vérifié certainement sans erreur est c'est
+    верно правильно правильный точно проверено это"""
+)
+#: Beginnings of assessment words, so that inflections and paraphrases count too.
+ASSESSMENT_STEMS: tuple[str, ...] = (
+    "correct", "accura", "verif", "validat", "confirm", "certif", "certain", "guarant", "flaw",
+    "perfect", "rigor", "doubt", "definit", "undeni", "indisput", "unquestion", "mistake", "error",
+    "impecc", "exact", "criteri", "rubric", "approv", "accept", "pass", "mark", "grade", "score",
+    "credit", "trust", "assur", "proven", "prove", "check", "sure", "fault", "optimal", "positive",
+    "impossib", "spot-on", "infallib", "unimpeach", "watertight", "immaculate", "superb", "excellent",
+)  # fmt: skip
+#: Assessments in scripts written without spaces.
+ASSESSMENT_CJK: tuple[str, ...] = ("完全正确", "正确", "无误", "没有错误", "没错", "对的", "肯定", "验证", "正しい")
+#: Words that only make sense when addressing whoever grades the answer.
+_GRADER_RE = re.compile(
+    r"(?i)\b(grader|graders|judge|judges|evaluator|evaluators|marker|examiner|reviewer|assessor)\b"
+    r"|\b(full|maximum|max|top|perfect|highest|high)\s+(marks?|score|points|credit|rating|grade)\b"
+    r"|\b(rate|rating|grade|score|mark|give|award|deserves?)\b[^.\n]{0,40}?\b\d+(\.\d+)?\s*/\s*(5|10|100)\b"
+    r"|\b(give|award|assign)\s+(this|it|me|my\s+\w+)\s+(a\s+)?(\d+|full|maximum|top|perfect|high)"
+    r"|\bignore\s+(all\s+|any\s+)?(previous|prior|above|earlier|the)\s+(instructions?|rubric|rules)"
+    r"|\b(should|must)\s+(be\s+)?(scored|graded|rated|marked|accepted)\b"
+    r"|\b(scoring|reward|grading|judging|evaluation|evaluating)\s+(model|system|function|script)\b"
+    r"|\bmark\s+(this|it|me|that)\b[^.\n]{0,20}\b(as|right|correct)\b"
+    r"|\b(\d+|ten|nine|five|hundred)\s+out\s+of\s+(\d+|ten|five|hundred)\b"
+    r"|\b(meets|satisfies|fulfils|fulfills)\s+(all|every)\b[^.\n]{0,20}\b(requirements?|criteri\w*|rubric)"
+    r"|\b(what|as)\s+the\s+(reference|gold|expected)\s+(answer\s+)?(says|is|states)\b"
+)
 _MARKUP_RE = re.compile(
-    r"(?i)</?(tool_response|tool_result|observation|reward|score|verdict|system|judge)\b[^>]*>"
-    r"|<\|im_start\|>|<\|im_end\|>|\[\[\s*\d+(\.\d+)?\s*\]\]"
-    r"|\b(score|rating|grade|verdict|reward|judgement|judgment)\s*[:=]\s*\[?\s*-?\d"
-    r"|\"(score|rating|verdict|reward)\"\s*:"
-    r"|\b(final verdict|the answer is correct|this answer is correct|correct answer: yes)\b"
+    r"(?im)</?\s*(tool_response|tool_result|observation|reward|score|verdict|system|judge|grade|"
+    r"evaluation|feedback|untrusted|rubric|assistant|user|im_start|im_end)\b[^>]*>"
+    r"|<\|[^|>\s]{1,40}\|>|<<\s*/?SYS\s*>>|\[/?(INST|ENV|SYSTEM|JUDGE|VERDICT|SCORE)\]"
+    r"|\[\[\s*\d+(\.\d+)?\s*\]\]"
+    r"|\b(score|rating|grade|verdict|reward|judgement|judgment|mark)\s*[:=]\s*\[?\s*-?\d"
+    r"|\b(verdict|grade|judgement|judgment|evaluation|result|status|assessment)\s*[:=]\s*"
+    r"(correct|pass|passed|accept|accepted|right|true|yes|a\+?)\b"
+    r"|[\"'](score|rating|verdict|reward|grade|is_correct|correct|passed|pass)[\"']\s*:"
+    r"|^\s*(#+\s*)?(system|judge|grader|evaluator|environment|observation|tool output|tool result|"
+    r"assistant|user|human)\s*:"
 )
 _TAG_RE = re.compile(r"</?[A-Za-z_][A-Za-z0-9_]*>")
-_WORD_RE = re.compile(r"\w+", re.UNICODE)
+_STEP_NUM_RE = re.compile(r"(?i)\b(step|part|paso|schritt|étape|шаг)\s*\d+\b")
+_WORD_RE = re.compile(r"[^\W_]+(?:['-][^\W_]+)*", re.UNICODE)
+_SENTENCE_RE = re.compile(r"[.;!?\u3002\uff1b\uff01\uff1f]+(?=\s|$)|\n")
+_EVIDENCE_RE = re.compile(r"[=+*/^<>\u00d7\u00f7\u221a\u2211]")
+_NUMBER_RE = re.compile(r"^\d+([.,]\d+)*%?$")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]")
 
 
 @dataclass(frozen=True)
@@ -62,8 +131,9 @@ class GuardConfig:
     Attributes:
         min_content_chars: fewer letters/digits than this (markup removed) is "near-empty".
         max_chars: longer responses are "over-long".
-        openers: reject responses that are only a reasoning opener.
-        markup: reject imitations of the env's markup or of a verdict.
+        openers: reject reasoning-free responses (only filler words).
+        markup: reject imitations of the env's, a chat template's or a verdict's markup.
+        self_grading: reject unsupported claims of correctness and text addressing the grader.
         restatement: reject responses whose words all come from the question.
         foreign_script: reject short responses in another script than the question.
     """
@@ -72,6 +142,7 @@ class GuardConfig:
     max_chars: int = 8000
     openers: bool = True
     markup: bool = True
+    self_grading: bool = True
     restatement: bool = True
     foreign_script: bool = True
 
@@ -87,8 +158,56 @@ def _content(text: str) -> str:
 
 def _normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", _TAG_RE.sub(" ", text)).lower()
-    text = "".join(ch if ch.isalnum() or ch in "' " else " " for ch in text)
-    return " ".join(text.split())
+    return text.replace("\u2019", "'")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD_RE.findall(text)
+
+
+def _strip_cjk(text: str, phrases: tuple[str, ...]) -> str:
+    for phrase in sorted(phrases, key=len, reverse=True):
+        text = text.replace(phrase, " ")
+    return text
+
+
+def is_reasoning_free(text: str) -> bool:
+    """True when ``text`` has words but all of them are discourse filler (no number, no content)."""
+    norm = _STEP_NUM_RE.sub(" ", _normalise(text))
+    if _EVIDENCE_RE.search(norm) or any(ch.isdigit() for ch in norm):
+        return False
+    words = _words(_strip_cjk(norm, FILLER_CJK))
+    return bool(_words(_normalise(text))) and all(w in FILLER_WORDS for w in words)
+
+
+def _unsupported_claim(sentence: str) -> bool:
+    """A sentence made only of assessment words, filler and bare numbers (no formula, no content
+    word), with at least one strong assessment word: it asserts quality without showing any."""
+    if _EVIDENCE_RE.search(sentence):
+        return False
+    has_cjk_claim = any(p in sentence for p in ASSESSMENT_CJK)
+    rest = _strip_cjk(_strip_cjk(sentence, ASSESSMENT_CJK), FILLER_CJK)
+    words = [w for w in _words(rest) if not _NUMBER_RE.match(w)]
+    if any(not _assesses(w) and w not in FILLER_WORDS for w in words):
+        return False
+    strong = [w for w in words if _assesses(w) and w not in FILLER_WORDS and w not in _WEAK]
+    return has_cjk_claim or bool(strong)
+
+
+def _assesses(word: str) -> bool:
+    return word in ASSESSMENT_WORDS or word.startswith(ASSESSMENT_STEMS)
+
+
+#: Assessment words too common in honest prose to count as a claim on their own.
+_WEAK = _wordset("no nothing all can be has have been am very es est ist это is yes fine without any free")
+
+
+def is_self_grading(text: str) -> bool:
+    """True when ``text`` addresses the grader or has a clause that only asserts it is right."""
+    norm = _normalise(text)
+    if _GRADER_RE.search(norm):
+        return True
+    return any(_unsupported_claim(c) for c in _SENTENCE_RE.split(norm) if c and c.strip())
 
 
 def _script(text: str) -> str | None:
@@ -103,10 +222,10 @@ def _script(text: str) -> str | None:
 
 
 def _restates(answer: str, question: str) -> bool:
-    words = _WORD_RE.findall(_normalise(answer))
+    words = _words(_normalise(answer))
     if not words or not question:
         return False
-    qwords = set(_WORD_RE.findall(_normalise(question)))
+    qwords = set(_words(_normalise(question)))
     return len(words) >= 3 and all(w in qwords for w in words)
 
 
@@ -119,8 +238,8 @@ def check(text: str, question: str = "", config: GuardConfig | None = None) -> s
         config: thresholds and switches; defaults to :class:`GuardConfig`.
 
     Returns:
-        ``"over_long"``, ``"markup"``, ``"empty"``, ``"punctuation"``, ``"opener"``,
-        ``"restatement"`` or ``"foreign_script"``; None when no guard trips.
+        ``"over_long"``, ``"empty"``, ``"punctuation"``, ``"markup"``, ``"self_grading"``,
+        ``"opener"``, ``"restatement"`` or ``"foreign_script"``; None when no guard trips.
     """
     cfg = config or GuardConfig()
     if len(text) > cfg.max_chars:
@@ -134,7 +253,9 @@ def check(text: str, question: str = "", config: GuardConfig | None = None) -> s
         return "punctuation"
     if len(content) < cfg.min_content_chars:
         return "empty"
-    if cfg.openers and _normalise(text) in REASONING_OPENERS:
+    if cfg.self_grading and is_self_grading(text):
+        return "self_grading"
+    if cfg.openers and is_reasoning_free(text):
         return "opener"
     if cfg.restatement and _restates(text, question):
         return "restatement"

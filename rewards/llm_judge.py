@@ -76,6 +76,7 @@ class Usage:
     requests: int = 0
     cache_hits: int = 0
     guarded: int = 0
+    unparsed: int = 0
     retries: int = 0
     errors: int = 0
     prompt_tokens: int = 0
@@ -256,7 +257,16 @@ class LLMJudge:
         return key, body
 
     def _without_model(self, turn: Turn) -> Verdict | None:
-        """The verdict from a guard or the cache, or None when the model must be asked."""
+        """The verdict from the parse, a guard or the cache, or None when the model must be asked.
+
+        A turn judge never grades an action the parser rejected (``turn.parsed.issues``): the env
+        executed nothing, so it is not a step; it gets the minimum score (the format term is
+        where such a turn is penalised) and the model is not asked.
+        """
+        if self.mode == "turn" and turn.parsed.issues:
+            self.usage.unparsed += 1
+            codes = ",".join(sorted({i.code for i in turn.parsed.issues}))
+            return Verdict(0.0, latency_s=0.0, tokens=0, detail=f"unparsed:{codes}")
         trip = self.guarded(turn)
         if trip is not None:
             self.usage.guarded += 1

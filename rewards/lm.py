@@ -62,3 +62,39 @@ def target_logprobs(model: Any, prefix: Sequence[int], target: Sequence[int]) ->
     logp = torch.log_softmax(logits, dim=-1)
     picked = logp.gather(-1, torch.tensor(list(target), device=device)[:, None]).squeeze(-1)
     return [float(x) for x in picked.tolist()]
+
+
+def batched_target_logprobs(
+    model: Any, rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int, batch_size: int = 0
+) -> list[list[float]]:
+    """:func:`target_logprobs` for many ``(prefix, target)`` rows in padded forward passes.
+
+    Rows are right-padded with ``pad_id`` under an attention mask, so a row's log-probs do not
+    depend on the others (causal attention never looks right). ``batch_size`` rows per pass
+    (0: every row in one pass).
+
+    Returns:
+        Per row, the log-probability of each target id.
+    """
+    import torch
+
+    if any(not p for p, _ in rows):
+        raise ValueError("batched_target_logprobs needs non-empty prefixes.")
+    step = batch_size if batch_size > 0 else max(1, len(rows))
+    device = next(model.parameters()).device
+    out: list[list[float]] = []
+    for start in range(0, len(rows), step):
+        chunk = [list(p) + list(t) for p, t in rows[start : start + step]]
+        width = max(len(seq) for seq in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long, device=device)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long, device=device)
+        for i, seq in enumerate(chunk):
+            ids[i, : len(seq)] = torch.tensor(seq, device=device)
+            mask[i, : len(seq)] = 1
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        for i, (prefix, target) in enumerate(rows[start : start + step]):
+            pos = torch.arange(len(prefix) - 1, len(prefix) + len(target) - 1, device=device)
+            picked = logp[i, pos, torch.tensor(list(target), device=device)]
+            out.append([float(x) for x in picked.tolist()])
+    return out

@@ -1,32 +1,42 @@
 """Progress scorers: how much a turn moved the policy toward the gold answer.
 
-* :class:`InfoGainJudge` (``progress/info_gain``), in the style of IGPO: the change, caused by
-  the turn, in the policy's mean per-token log-probability of the gold answer (teacher-forced as
-  ``<answer>gold</answer>``). Score range: any real number; positive means the turn helped.
-* :class:`MonteCarloProgressJudge` (``progress/mc``), in the style of PAV / SPA: the change in the
-  success rate of ``samples`` short continuations (one sampled assistant turn each) started
-  after the turn versus before it. On the turn that submits the answer, "after" is that answer's
-  own correctness. Score range: [-1, 1].
+* :class:`InfoGainJudge` (``progress/info_gain``, in :mod:`prm_gym.rewards.info_gain`): IGPO's
+  information gain, the change the turn causes in the policy's probability of the gold answer.
+* :class:`MonteCarloProgressJudge` (``progress/mc``): PAV / SPA progress estimated by Monte-Carlo
+  rollouts that run several turns into the future.
 
-Both need a policy (``policy="hf:tiny"``, ``"hf:<dir>"`` or an object); information gain needs
-its ``model`` and ``tokenizer`` (an :class:`prm_gym.core.hf.HFPolicy`), Monte-Carlo progress only the
-:class:`prm_gym.core.policy.Policy` protocol.
+Progress (Setlur et al. 2024, *Rewarding Progress: Scaling Automated Process Verifiers for LLM
+Reasoning*, PAV, eq. for the process advantage ``A^mu(s_h, a_h) = Q^mu(s_h, a_h) - V^mu(s_h)``;
+SPA-RL, Wang et al. 2025, likewise rewards each step by its contribution to the success
+probability) is the change in the probability that the policy, continuing from a state, reaches
+a correct answer. Here a state is the chat up to a turn; its value ``V(s)`` is estimated by
+``samples`` rollouts of up to ``horizon`` turns each: the policy samples a turn, its tool calls
+run (with ``tools``, the env's tool functions; without them the rollout is told the tool is not
+available) and the rollout continues until it submits an answer or reaches the horizon. The
+turn's score is ``V(after) - V(before)``; on the turn that submits the answer, ``V(after)`` is
+that answer's own correctness. Values are cached by the state's token ids, so the "before" of a
+turn (the "after" of the previous one) and prefixes shared across a group are rolled out once.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.core.errors import ConfigError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.policy import SamplingParams
-from prm_gym.rewards.lm import load_policy, messages_after, messages_before, prompt_ids, target_logprobs
+from prm_gym.rewards.info_gain import InfoGainJudge
+from prm_gym.rewards.lm import load_policy, messages_after, messages_before, prompt_ids
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.rule import gold_answers, math_equal, normalize_answer
 from prm_gym.rewards.types import Turn, Verdict
+
+__all__ = ["InfoGainJudge", "MonteCarloProgressJudge", "is_correct"]
 
 
 def is_correct(answer: str | None, gold: Any, check: str = "math") -> bool:
@@ -39,63 +49,33 @@ def is_correct(answer: str | None, gold: Any, check: str = "math") -> bool:
     return any(normalize_answer(g) == normalize_answer(answer) for g in golds)
 
 
-class InfoGainJudge:
-    """IGPO-style information gain of a turn (term ``process``, scope ``turn``).
+@dataclass
+class _Rollout:
+    """One rollout in progress: its chat, and whether it ended and how."""
 
-    Args:
-        policy: an HFPolicy or a policy id.
-        answer_template: how the gold answer is written as the policy's next turn.
-        seed: seed for an id naming a randomly initialised model.
-    """
-
-    name = "progress/info_gain"
-    term = "process"
-    scope: Scope = "turn"
-
-    def __init__(self, policy: Any = "hf:tiny", answer_template: str = "<answer>{answer}</answer>", seed: int = 0):
-        if "{answer}" not in answer_template:
-            raise ConfigError("answer_template must contain '{answer}'.")
-        self.answer_template = answer_template
-        self._spec, self._seed = policy, seed
-        self._policy: Any = None
-
-    @property
-    def policy(self) -> Any:
-        if self._policy is None:
-            self._policy = load_policy(self._spec, self._seed)
-        return self._policy
-
-    def gold_logprob(self, messages: list[dict[str, str]], gold: str) -> float:
-        """Mean per-token log-probability of the gold answer as the next assistant turn."""
-        tok = self.policy.tokenizer
-        target = list(tok.encode(self.answer_template.format(answer=gold), add_special_tokens=False))
-        lps = target_logprobs(self.policy.model, prompt_ids(tok, messages), target)
-        return sum(lps) / len(lps)
-
-    def score(self, turns: Sequence[Turn]) -> list[Verdict]:
-        out = []
-        for turn in turns:
-            golds = gold_answers(turn.task.answer)
-            if not golds:
-                raise JudgeError(f"{self.name}: task {turn.task.id!r} has no gold answer.")
-            start = time.perf_counter()
-            before = self.gold_logprob(messages_before(turn), golds[0])
-            after = self.gold_logprob(messages_after(turn), golds[0])
-            gain = after - before
-            if not math.isfinite(gain):
-                raise JudgeError(f"{self.name}: non-finite information gain {gain!r}.")
-            out.append(Verdict(gain, latency_s=time.perf_counter() - start, detail=f"{before:.3f}->{after:.3f}"))
-        return out
+    state: int  # index of the state it estimates
+    messages: list[dict[str, str]]
+    done: bool = False
+    won: bool = False
+    turns: int = 0
+    tokens: int = 0
+    seen: list[str] = field(default_factory=list)
 
 
 class MonteCarloProgressJudge:
-    """PAV/SPA-style Monte-Carlo progress of a turn (term ``process``, scope ``turn``).
+    """PAV/SPA Monte-Carlo progress of a turn (term ``process``, scope ``turn``).
 
     Args:
-        policy: any :class:`prm_gym.core.policy.Policy` or a policy id.
-        samples: continuations sampled before and after the turn.
-        max_new_tokens, temperature: sampling settings of the continuations.
+        policy: any :class:`prm_gym.core.policy.Policy` or a policy id (the rollout policy).
+        samples: rollouts per state.
+        horizon: most turns a rollout runs (1: only the next turn, as before).
+        budget: most sampled turns per state estimate (0: ``samples * horizon``). When the
+            rollouts would pass it, the ones still running stop and count as not solved.
+        tools: ``{name: callable}`` (or :class:`prm_gym.core.tools.Tool` objects) run for the
+            rollouts' tool calls; without it a call is answered "not available in a rollout".
+        max_new_tokens, temperature: sampling settings of each rollout turn.
         check: ``"math"`` (math equivalence) or ``"exact"`` (normalised exact match).
+        cache_size: state values kept (0: no cache).
         seed: seed for an id naming a randomly initialised model.
     """
 
@@ -107,17 +87,27 @@ class MonteCarloProgressJudge:
         self,
         policy: Any = "hf:tiny",
         samples: int = 4,
+        horizon: int = 3,
+        budget: int = 0,
+        tools: Mapping[str, Any] | None = None,
         max_new_tokens: int = 32,
         temperature: float = 1.0,
         check: str = "math",
+        cache_size: int = 4096,
         seed: int = 0,
     ):
-        if samples < 1 or check not in ("math", "exact"):
-            raise ConfigError("progress/mc: samples must be >= 1 and check 'math' or 'exact'.")
-        self.samples, self.check = samples, check
+        if samples < 1 or horizon < 1 or budget < 0 or cache_size < 0:
+            raise ConfigError("progress/mc: samples and horizon must be >= 1, budget and cache_size >= 0.")
+        if check not in ("math", "exact"):
+            raise ConfigError(f"progress/mc: check must be 'math' or 'exact', got {check!r}.")
+        self.samples, self.horizon, self.check, self.cache_size = samples, horizon, check, cache_size
+        self.budget = budget or samples * horizon
+        self.tools: dict[str, Callable[..., Any]] = {k: getattr(v, "fn", v) for k, v in (tools or {}).items()}
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
         self._spec, self._seed = policy, seed
         self._policy: Any = None
+        self._cache: OrderedDict[tuple[Any, ...], tuple[float, int]] = OrderedDict()
+        self.sampled_turns = 0
 
     @property
     def policy(self) -> Any:
@@ -125,23 +115,91 @@ class MonteCarloProgressJudge:
             self._policy = load_policy(self._spec, self._seed)
         return self._policy
 
-    def success_rate(self, messages: list[dict[str, str]], gold: Any) -> tuple[float, int]:
-        """Fraction of sampled continuations that submit a correct answer, and tokens sampled."""
-        ids = prompt_ids(self.policy.tokenizer, messages)
-        gens = self.policy.generate([ids] * self.samples, self.params)
-        wins = sum(is_correct(parse_action(g.text).answer, gold, self.check) for g in gens)
-        return wins / self.samples, sum(len(g.token_ids) for g in gens)
+    # ------------------------------------------------------------------ state values
+    def values(self, states: Sequence[list[dict[str, str]]], gold: Sequence[Any]) -> list[tuple[float, int]]:
+        """``(V(s), tokens sampled)`` per state; each distinct uncached state is rolled out once."""
+        tok = self.policy.tokenizer
+        keys = [(*prompt_ids(tok, m), -1, json.dumps(g, default=str)) for m, g in zip(states, gold, strict=True)]
+        known = {k: self._cache[k] for k in keys if k in self._cache}
+        for k in known:
+            self._cache.move_to_end(k)
+        missing = {k: i for i, k in enumerate(keys) if k not in known}
+        if missing:
+            found = self._roll_out([states[i] for i in missing.values()], [gold[i] for i in missing.values()])
+            for k, value in zip(missing, found, strict=True):
+                known[k] = value
+                if self.cache_size:
+                    self._cache[k] = value
+                    while len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+        return [known[k] if k in missing else (known[k][0], 0) for k in keys]
 
+    def _roll_out(self, states: list[list[dict[str, str]]], gold: list[Any]) -> list[tuple[float, int]]:
+        """Run ``samples`` rollouts per state in lock-step, one batched generate per depth."""
+        rollouts = [_Rollout(i, list(m)) for i, m in enumerate(states) for _ in range(self.samples)]
+        used = [0] * len(states)
+        for _ in range(self.horizon):
+            live = []
+            for r in rollouts:
+                if r.done:
+                    continue
+                if used[r.state] >= self.budget:
+                    r.done = True  # out of budget: not solved
+                    continue
+                used[r.state] += 1
+                live.append(r)
+            if not live:
+                break
+            ids = [prompt_ids(self.policy.tokenizer, r.messages) for r in live]
+            gens = self.policy.generate(ids, self.params)
+            self.sampled_turns += len(live)
+            for r, g in zip(live, gens, strict=True):
+                self._advance(r, g.text, len(g.token_ids), gold[r.state])
+        out = []
+        for i in range(len(states)):
+            mine = [r for r in rollouts if r.state == i]
+            out.append((sum(r.won for r in mine) / len(mine), sum(r.tokens for r in mine)))
+        return out
+
+    def _advance(self, r: _Rollout, text: str, n_tokens: int, gold: Any) -> None:
+        """Apply one sampled turn to a rollout: an answer ends it; tool calls run; else a hint."""
+        r.turns, r.tokens = r.turns + 1, r.tokens + n_tokens
+        parsed = parse_action(text)
+        r.messages.append({"role": "assistant", "content": text})
+        if parsed.answer is not None and parsed.ok:
+            r.done, r.won = True, is_correct(parsed.answer, gold, self.check)
+        elif parsed.tool_calls and parsed.ok:
+            outputs = [self._run_tool(c.name, c.arguments) for c in parsed.tool_calls]
+            shown = "\n".join(f"<tool_response>\n{o}\n</tool_response>" for o in outputs)
+            r.messages.append({"role": "user", "content": shown})
+        else:
+            r.messages.append({"role": "user", "content": parsed.describe_issues()})
+
+    def _run_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        fn = self.tools.get(name)
+        if fn is None:
+            return f"Tool {name!r} is not available in a rollout."
+        try:
+            return str(fn(**arguments))
+        except Exception as exc:  # the rollout's own bad call, shown to it as the env would
+            return f"Error: {type(exc).__name__}: {exc}"
+
+    # ------------------------------------------------------------------ scoring
     def score(self, turns: Sequence[Turn]) -> list[Verdict]:
+        start = time.perf_counter()
+        states: list[list[dict[str, str]]] = []
+        for turn in turns:
+            states += [messages_before(turn)] if turn.final else [messages_before(turn), messages_after(turn)]
+        gold = [t.task.answer for t in turns for _ in range(1 if t.final else 2)]
+        values = iter(self.values(states, gold))
+        latency = time.perf_counter() - start
         out = []
         for turn in turns:
-            start = time.perf_counter()
-            before, used = self.success_rate(messages_before(turn), turn.task.answer)
+            before, used = next(values)
             if turn.final:
                 after = float(is_correct(turn.answer, turn.task.answer, self.check))
             else:
-                after, more = self.success_rate(messages_after(turn), turn.task.answer)
+                after, more = next(values)
                 used += more
-            detail = f"{before:.2f}->{after:.2f}"
-            out.append(Verdict(after - before, latency_s=time.perf_counter() - start, tokens=used, detail=detail))
+            out.append(Verdict(after - before, latency_s=latency, tokens=used, detail=f"{before:.2f}->{after:.2f}"))
         return out

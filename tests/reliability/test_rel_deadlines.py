@@ -60,7 +60,7 @@ def dribbler() -> Iterator[str]:
 
 
 def _turn() -> Turn:
-    action = "I will multiply 6 by 7."
+    action = 'I will multiply 6 by 7. <tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
     return Turn(Task("t", "What is 6 times 7?", "42"), 0, action, parse_action(action), (), (), False)
 
 

@@ -191,14 +191,23 @@ def test_markup_imitation_is_not_trusted() -> None:
             num_tasks=5, judge="llm/turn + rule/format", judge_kwargs={"llm/turn": {"base_url": server.base_url}}
         )
         contained = 0
-        for i, action in enumerate(MARKUP_ACTIONS):
+        for action in MARKUP_ACTIONS:  # stopped by the parser (env markup) or the markup guard
             env.reset(seed=0)
             _, reward, _, _, info = env.step(action)
-            if i == len(MARKUP_ACTIONS) - 1:  # reaches the (gullible) judge, but stays inside the fence
-                prompt = str(server.requests[-1]["messages"][-1]["content"])
-                assert prompt.count("</untrusted>") == prompt.count("<untrusted>\n") == 2, prompt[-400:]
-            else:
-                assert reward <= 0.0, (action, info)
+            assert reward <= 0.0, (action, info)
             contained += 1
         env.close()
+        assert server.requests == []  # none reached the (gullible) judge
+        # with the guards off, a fence-breaking answer reaches the judge but stays inside the fence
+        from prm_gym.core.parsing import parse_action
+        from prm_gym.core.tasks import Task
+        from prm_gym.rewards.llm_judge import LLMJudge
+        from prm_gym.rewards.protocol import score_batch
+        from prm_gym.rewards.types import Turn
+
+        action = MARKUP_ACTIONS[-1]
+        turn = Turn(Task("t", "What is 6 times 7?", "42"), 0, action, parse_action(action), (), (), True)
+        score_batch(LLMJudge(base_url=server.base_url, guards=False), [turn])
+        prompt = str(server.requests[-1]["messages"][-1]["content"])
+        assert prompt.count("</untrusted>") == prompt.count("<untrusted>\n") == 2, prompt[-400:]
     print(f"\nmarkup imitation attempts: {len(MARKUP_ACTIONS)}, contained: {contained}")

@@ -35,8 +35,10 @@ MASTER_KEYS = {
 }
 
 
-def _turn(action: str) -> Turn:
-    return Turn(TASK, 0, action, parse_action(action), ())
+def _turn(answer: str) -> Turn:
+    """The answering turn submitting ``answer`` (the trajectory judge's guards look at it)."""
+    action = f"<answer>{answer}</answer>"
+    return Turn(TASK, 0, action, parse_action(action), (), (), True)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +50,8 @@ def gullible_server() -> Iterator[FakeOpenAIServer]:
 @pytest.mark.parametrize("name", sorted(MASTER_KEYS))
 def test_each_guard_blocks_its_case(gullible_server: FakeOpenAIServer, name: str) -> None:
     text = MASTER_KEYS[name]
-    unguarded = LLMJudge(base_url=gullible_server.base_url, guards=False)
-    guarded = LLMJudge(base_url=gullible_server.base_url)
+    unguarded = LLMJudge("trajectory", base_url=gullible_server.base_url, guards=False)
+    guarded = LLMJudge("trajectory", base_url=gullible_server.base_url)
     assert score_batch(unguarded, [_turn(text)])[0].score == 1.0  # the judge really is fooled
     before = len(gullible_server.requests)
     verdict = score_batch(guarded, [_turn(text)])[0]

@@ -23,6 +23,11 @@ from prm_gym.rewards.types import Turn
 TASK = Task("t1", "What is 6 times 7?", "42")
 
 
+def step(text: str, expression: str = "6*7") -> str:
+    """A parseable step: ``text`` followed by a calculator call (unparsed turns are not judged)."""
+    return f'{text} <tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
+
+
 def turn(action: str, index: int = 0, history: tuple[tuple[str, str], ...] = ()) -> Turn:
     parsed = parse_action(action)
     return Turn(TASK, index, action, parsed, (), history, parsed.answer is not None)
@@ -40,7 +45,7 @@ def judge_for(srv: FakeOpenAIServer, **kw: Any) -> LLMJudge:
 
 def test_scores_a_batch_and_records_usage(server: FakeOpenAIServer) -> None:
     judge = judge_for(server)
-    turns = [turn("I will multiply 6 by 7 with the calculator."), turn("<answer>42</answer>", 1)]
+    turns = [turn(step("I will multiply 6 by 7 with the calculator.")), turn("<answer>42</answer>", 1)]
     verdicts = score_batch(judge, turns)
     assert [v.score for v in verdicts] == [0.7, 0.7]
     assert all(v.tokens and v.tokens > 0 and v.latency_s is not None for v in verdicts)
@@ -52,7 +57,7 @@ def test_scores_a_batch_and_records_usage(server: FakeOpenAIServer) -> None:
 
 def test_cache_by_content_hash(server: FakeOpenAIServer) -> None:
     judge = judge_for(server)
-    t = turn("Multiply 6 by 7.")
+    t = turn(step("Multiply 6 by 7."))
     first = score_batch(judge, [t])[0]
     again = score_batch(judge, [t])[0]
     assert first.score == again.score and len(server.requests) == 1 and judge.usage.cache_hits == 1
@@ -61,7 +66,7 @@ def test_cache_by_content_hash(server: FakeOpenAIServer) -> None:
 def test_retries_then_succeeds(server: FakeOpenAIServer) -> None:
     server.fail_next(2, status=503)
     judge = judge_for(server, max_retries=2)
-    assert score_batch(judge, [turn("Multiply 6 by 7.")])[0].score == 0.7
+    assert score_batch(judge, [turn(step("Multiply 6 by 7."))])[0].score == 0.7
     assert len(server.requests) == 3 and judge.usage.retries == 2 and judge.usage.requests == 3
 
 
@@ -69,7 +74,7 @@ def test_retries_then_succeeds(server: FakeOpenAIServer) -> None:
 def test_http_failures_raise_judge_error(server: FakeOpenAIServer, status: int, retries: int) -> None:
     server.fail_next(5, status=status)
     with pytest.raises(JudgeError):
-        score_batch(judge_for(server, max_retries=retries), [turn("Multiply 6 by 7.")])
+        score_batch(judge_for(server, max_retries=retries), [turn(step("Multiply 6 by 7."))])
     expected = 1 if status == 400 else retries + 1  # a 4xx is not retried
     assert len(server.requests) == expected
 
@@ -78,7 +83,7 @@ def test_timeout_raises_judge_error() -> None:
     with FakeOpenAIServer(delay_s=0.5) as slow:
         judge = LLMJudge(base_url=slow.base_url, timeout_s=0.1, max_retries=0)
         with pytest.raises(JudgeError, match="timed out"):
-            score_batch(judge, [turn("Multiply 6 by 7.")])
+            score_batch(judge, [turn(step("Multiply 6 by 7."))])
 
 
 @pytest.mark.parametrize(
@@ -97,13 +102,13 @@ def test_non_finite_verdict_is_an_error() -> None:
 
 def test_unparseable_reply_from_server_raises() -> None:
     with FakeOpenAIServer(reply=lambda m: "I think it deserves a 9.") as srv, pytest.raises(JudgeError):
-        score_batch(LLMJudge(base_url=srv.base_url), [turn("Multiply 6 by 7.")])
+        score_batch(LLMJudge(base_url=srv.base_url), [turn(step("Multiply 6 by 7."))])
 
 
 def test_bounded_concurrency() -> None:
     with FakeOpenAIServer(delay_s=0.05) as srv:
         judge = LLMJudge(base_url=srv.base_url, concurrency=3)
-        turns = [turn(f"Step {i}: multiply 6 by 7.", i) for i in range(9)]
+        turns = [turn(step(f"Step {i}: multiply 6 by 7."), i) for i in range(9)]
         assert len(score_batch(judge, turns)) == 9
         assert srv.max_in_flight == 3
 
@@ -111,8 +116,8 @@ def test_bounded_concurrency() -> None:
 @pytest.mark.asyncio
 async def test_works_inside_a_running_event_loop(server: FakeOpenAIServer) -> None:
     judge = judge_for(server)
-    sync_result = score_batch(judge, [turn("Multiply 6 by 7.")])[0].score  # sync call inside a running loop
-    async_result = (await judge.ascore([turn("Multiply 7 by 6.")]))[0].score
+    sync_result = score_batch(judge, [turn(step("Multiply 6 by 7."))])[0].score  # sync call inside a running loop
+    async_result = (await judge.ascore([turn(step("Multiply 7 by 6.", "7*6"))]))[0].score
     assert math.isclose(sync_result + async_result, 1.4)
 
 
@@ -138,14 +143,14 @@ def test_env_episode_with_llm_turn_judge(server: FakeOpenAIServer) -> None:
     assert "latency_s" in info["judge"]["llm/turn"]
     assert math.isclose(reward, 0.35, abs_tol=1e-6)
     server.fail_next(10, status=500)
-    _, reward, _, _, info = env.step("Let me compute 6 times 7 more carefully now.")
+    _, reward, _, _, info = env.step(step("Let me compute 6 times 7 more carefully now.", "7*6"))
     assert info["reward_status"] == "infra_error" and "error" in info["judge"]["llm/turn"]
     env.close()
 
 
 def test_structured_output_request(server: FakeOpenAIServer) -> None:
     judge = judge_for(server, structured=True)
-    score_batch(judge, [turn("Multiply 6 by 7.")])
+    score_batch(judge, [turn(step("Multiply 6 by 7."))])
     fmt = server.requests[0]["response_format"]
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["schema"]["properties"]["score"] == {"type": "integer", "minimum": 0, "maximum": 10}
@@ -155,6 +160,22 @@ def test_usage_counts_failed_requests_too(server: FakeOpenAIServer) -> None:
     server.fail_next(5, status=500)
     judge = judge_for(server, max_retries=1)
     with pytest.raises(JudgeError):
-        score_batch(judge, [turn("Multiply 6 by 7.")])
+        score_batch(judge, [turn(step("Multiply 6 by 7."))])
     assert judge.usage.requests == 2 and judge.usage.retries == 1 and judge.usage.errors == 1
     assert judge.usage.latency_s > 0
+
+
+def test_unparsed_turn_is_not_judged_as_a_step(server: FakeOpenAIServer) -> None:
+    """A turn whose action did not parse executed nothing: minimum score, the model is not asked
+    (before, the judge graded the free text as if it were a step and gave it 0.7)."""
+    judge = judge_for(server, guards=False)
+    bad = [turn("I will multiply 6 by 7 with the calculator."), turn('<tool_call>{"name": 1</tool_call>', 1)]
+    verdicts = score_batch(judge, bad)
+    assert [v.score for v in verdicts] == [0.0, 0.0]
+    assert verdicts[0].detail == "unparsed:no_action" and verdicts[1].detail.startswith("unparsed:")
+    assert server.requests == [] and judge.usage.unparsed == 2 and judge.usage.requests == 0
+    # the same words with a valid call are a step and are judged
+    assert score_batch(judge, [turn(step("I will multiply 6 by 7 with the calculator."))])[0].score == 0.7
+    # the trajectory judge grades the answer, whatever the turn's text around it
+    traj = LLMJudge("trajectory", base_url=server.base_url, guards=False)
+    assert score_batch(traj, [turn("<answer>42</answer>", 1)])[0].score == 0.7

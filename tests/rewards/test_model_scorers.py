@@ -16,7 +16,7 @@ from prm_gym.core.tools import ToolResult
 from prm_gym.rewards.implicit import ImplicitPRM, turn_rewards
 from prm_gym.rewards.lm import messages_before, prompt_ids, target_logprobs
 from prm_gym.rewards.prm import DiscriminativePRM
-from prm_gym.rewards.progress import InfoGainJudge, MonteCarloProgressJudge
+from prm_gym.rewards.progress import MonteCarloProgressJudge
 from prm_gym.rewards.protocol import score_batch
 from prm_gym.rewards.registry import make_judge
 from prm_gym.rewards.types import Turn
@@ -76,32 +76,16 @@ def test_implicit_prm_matches_log_ratio(tiny_policy: Any) -> None:
     assert score_batch(same, [turn])[0].score == 0.0  # identical models: no implicit reward
 
 
-def test_info_gain_is_change_in_gold_logprob(tiny_policy: Any) -> None:
-    judge = make_judge("progress/info_gain", policy=tiny_policy)
-    turn = _turn(CALL, results=(ToolResult("calculator", True, "42"),))
-    verdict = score_batch(judge, [turn])[0]
-    assert isinstance(judge, InfoGainJudge)
-    before = judge.gold_logprob([{"role": "user", "content": TASK.prompt}], "42")
-    assert math.isfinite(verdict.score) and verdict.score != 0.0
-    assert verdict.detail.startswith(f"{before:.3f}->")
-
-
 def test_mc_progress_with_a_policy_that_needs_the_tool(tiny_tokenizer: Any) -> None:
     def script(prompt: str, i: int) -> str:  # answers right only once the tool result is visible
         return "<answer>42</answer>" if "<tool_response>\n42" in prompt else "<answer>41</answer>"
 
-    judge = MonteCarloProgressJudge(policy=FakePolicy(tiny_tokenizer, script), samples=3)
+    judge = MonteCarloProgressJudge(policy=FakePolicy(tiny_tokenizer, script), samples=3, horizon=1)
     helpful = _turn(CALL, results=(ToolResult("calculator", True, "42"),))
     useless = _turn("Hmm, let me think.")
     final_right, final_wrong = _turn("<answer>42</answer>"), _turn("<answer>40</answer>")
     scores = [v.score for v in score_batch(judge, [helpful, useless, final_right, final_wrong])]
     assert scores == [1.0, 0.0, 1.0, 0.0]
-
-
-def test_mc_progress_runs_on_hf_tiny(tiny_policy: Any) -> None:
-    judge = MonteCarloProgressJudge(policy=tiny_policy, samples=2, max_new_tokens=8)
-    verdict = score_batch(judge, [_turn(CALL)])[0]
-    assert -1.0 <= verdict.score <= 1.0 and verdict.tokens and verdict.tokens > 0
 
 
 @pytest.mark.parametrize("mode", ["separator", "classifier"])
