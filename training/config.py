@@ -95,6 +95,13 @@ class LossConfig:
     max_new_tokens - overlong_buffer loses up to overlong_penalty, linearly (0: off)."""
     overlong_penalty: float = 1.0
     """Largest overlong penalty per turn, reached at max_new_tokens; added to the outcome return."""
+    prime: bool = False
+    """PRIME (Cui et al. 2025): an implicit PRM, initialised from the policy and trained online on the
+    outcome labels, gives token rewards; advantages are PRIME's leave-one-out estimate (eq. 5)."""
+    prime_beta: float = 0.05
+    """PRIME's implicit-reward coefficient beta."""
+    prime_lr: float = 1e-6
+    """Learning rate of the PRM's own AdamW optimiser."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1, "loss.clip_low", self.clip_low, "use a value in [0, 1)")
@@ -107,6 +114,8 @@ class LossConfig:
         _check(self.max_grad_norm >= 0, "loss.max_grad_norm", self.max_grad_norm, "use >= 0 (0 disables)")
         _check(self.overlong_buffer >= 0, "loss.overlong_buffer", self.overlong_buffer, "use >= 0 (0 disables)")
         _check(self.overlong_penalty >= 0, "loss.overlong_penalty", self.overlong_penalty, "use >= 0")
+        _check(self.prime_beta > 0, "loss.prime_beta", self.prime_beta, "use a value > 0 such as 0.05")
+        _check(self.prime_lr > 0, "loss.prime_lr", self.prime_lr, "use a learning rate > 0 such as 1e-6")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from prm_gym.training.config import TrainConfig
 from prm_gym.training.ddp import setup_learner
 from prm_gym.training.evaluation import evaluate
 from prm_gym.training.metrics import ExclusionBudget, Progress, plot_metrics, reward_metrics
+from prm_gym.training.prime import PrimeCredit
 from prm_gym.training.run import Run, build_run, checkpoint, checkpoint_due
 from prm_gym.training.sources import WeightPublisher, learner_config, make_source
 from prm_gym.training.update import learner_step
@@ -39,6 +40,7 @@ def train(cfg: TrainConfig) -> Run:
         collector = StepCollector(cfg, source, run.train_ids, make_tracker(cfg, run), run.combine)
         prefetch = Prefetcher(collector, a.max_staleness if a.enabled else 0, cfg.steps)
     publish = WeightPublisher(cfg, run.policy, source) if source is not None else None
+    credit = PrimeCredit(run.policy, cfg.loss) if cfg.loss.prime else None  # PRIME: its own PRM and step
     budget = ExclusionBudget(cfg.max_excluded_fraction)
     bar = Progress(cfg.steps, initial=run.step, enabled=cfg.progress and learner.is_main)
     try:
@@ -64,6 +66,8 @@ def train(cfg: TrainConfig) -> Run:
                 batch = build_batch(
                     trajs, grouping, cfg.loss, pad, combine=run.combine, max_new_tokens=cfg.sampling.max_new_tokens
                 )
+                if credit is not None:
+                    values.update(credit.apply(batch, trajs, grouping))
                 values.update(reward_metrics(trajs))
                 values.update(batch.stats)
                 model, opt, temp = learner.model, learner.optimizer, cfg.sampling.temperature
