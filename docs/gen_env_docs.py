@@ -115,7 +115,10 @@ def render(page: EnvPage) -> str:
     summary, body = sections(page.cls)
     source = Path(inspect.getfile(page.cls)).resolve().relative_to(ROOT).as_posix()
     title = page.env_id or "Your own tools: `register_tool_env`"
-    lines = [HEADER, "", f"# {title}", "", summary, "", "| | |", "|---|---|"]
+    lines = [HEADER, "", f"# {title}", "", summary, ""]
+    if page.env_id is None:  # the register_tool_env page opens with a complete, runnable example
+        lines += [*quickstart(), ""]
+    lines += ["| | |", "|---|---|"]
     if page.env_id:
         lines.append(f'| id | `{page.env_id}` (`gym.make("{page.env_id}")`) |')
     lines.append(f"| class | `{page.cls.__module__}.{page.cls.__qualname__}` ([{source}](../../{source})) |")
@@ -127,6 +130,29 @@ def render(page: EnvPage) -> str:
     lines += ["", body, "", "## Constructor defaults", "", "| argument | default |", "|---|---|"]
     lines += signature_rows(page.cls)
     return "\n".join(lines) + "\n"
+
+
+QUICKSTART = ROOT / "examples" / "quickstart" / "convert_tools.py"
+
+
+def quickstart() -> list[str]:
+    """The example file verbatim, with the commands that run it (tests/envs/test_custom.py runs both)."""
+    rel = QUICKSTART.relative_to(ROOT).as_posix()
+    return [
+        "## A complete example",
+        "",
+        f"[{rel}](../../{rel}): a tool function, tasks, a judge, `gym.make` and a scripted episode.",
+        "",
+        "```python",
+        QUICKSTART.read_text(encoding="utf-8").rstrip(),
+        "```",
+        "",
+        "```bash",
+        f"python {rel}",
+        f"PYTHONPATH={QUICKSTART.parent.relative_to(ROOT).as_posix()} train-agent --imports {QUICKSTART.stem} "
+        "--env mylab/Convert-v0 --steps 2",
+        "```",
+    ]
 
 
 def render_index(pages: list[EnvPage]) -> str:

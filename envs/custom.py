@@ -27,8 +27,8 @@ from typing import Any, cast
 
 from gymnasium.envs.registration import register, registry
 
-from prm_gym.core.errors import ConfigError, TaskError
-from prm_gym.core.tasks import Task, TaskSet, as_task_set, read_jsonl
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.tasks import Task, TaskSet, as_task_set, read_jsonl, task_from_record
 from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
 from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
@@ -44,16 +44,7 @@ def load_task_file(path: str | Path) -> TaskSet:
     Each line is an object with a prompt (``prompt`` or ``question``), a gold answer
     (``answer``, ``answers`` or ``golden_answers``), an optional ``id`` and optional ``meta``.
     """
-    tasks = []
-    for lineno, rec in read_jsonl(path):
-        prompt = rec.get("prompt", rec.get("question"))
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise TaskError(f"{path}:{lineno}: each task needs a non-empty 'prompt' (or 'question').")
-        answer = rec.get("answer", rec.get("answers", rec.get("golden_answers")))
-        meta = rec.get("meta", {})
-        if not isinstance(meta, dict):
-            raise TaskError(f"{path}:{lineno}: 'meta' must be an object.")
-        tasks.append(Task(str(rec.get("id", f"line-{lineno}")), prompt, answer, meta))
+    tasks = [task_from_record(rec, f"{path}:{lineno}", f"line-{lineno}") for lineno, rec in read_jsonl(path)]
     return TaskSet(tasks, name=str(path))
 
 

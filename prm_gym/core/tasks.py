@@ -126,6 +126,24 @@ def require(rec: Mapping[str, Any], key: str, where: str) -> Any:
     return rec[key]
 
 
+def task_from_record(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+    """A :class:`Task` from one record, in a file or in memory alike: a prompt (``prompt`` or
+    ``question``), a gold answer (``answer``, ``answers`` or ``golden_answers``), an optional ``id``
+    and an optional ``meta`` object.
+
+    Raises:
+        TaskError: naming ``where`` and the field, when the prompt is missing or ``meta`` is no object.
+    """
+    prompt = rec.get("prompt", rec.get("question"))
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise TaskError(f"{where}: each task needs a non-empty 'prompt' (or 'question'); fields: {sorted(rec)[:10]}.")
+    answer = rec.get("answer", rec.get("answers", rec.get("golden_answers")))
+    meta = rec.get("meta", {})
+    if not isinstance(meta, Mapping):
+        raise TaskError(f"{where}: 'meta' must be an object.")
+    return Task(str(rec.get("id", default_id)), prompt, answer, dict(meta))
+
+
 def as_task_set(
     tasks: TaskSet | str | Path | Iterable[Task | Mapping[str, Any]] | None,
     load_file: Callable[[str | Path], TaskSet],
@@ -134,7 +152,8 @@ def as_task_set(
     """Resolve an env's ``tasks`` argument.
 
     ``None`` uses the env's seeded generator, a path is read with ``load_file``, and a list
-    may hold :class:`Task` objects or dicts with ``id``, ``prompt``, ``answer`` and ``meta``.
+    may hold :class:`Task` objects or dicts with the fields a task file's lines have
+    (:func:`task_from_record`).
     """
     if tasks is None:
         return generate()
@@ -147,10 +166,7 @@ def as_task_set(
         if isinstance(t, Task):
             out.append(t)
         elif isinstance(t, Mapping):
-            where = f"tasks[{k}]"
-            out.append(
-                Task(str(t.get("id", k)), str(require(t, "prompt", where)), t.get("answer"), dict(t.get("meta", {})))
-            )
+            out.append(task_from_record(t, f"tasks[{k}]", str(k)))
         else:
             raise TaskError(f"tasks[{k}] must be a Task or a dict, got {type(t).__name__}.")
     return TaskSet(out, name="tasks list")

@@ -148,3 +148,34 @@ def test_worked_example_package() -> None:
     _, reward, terminated, _, info = env.step(f"<answer>{task.answer}</answer>")
     assert terminated and info["judge"]["weather/close"]["score"] == 1.0 and reward == 1.0
     assert weather_agent.__name__ == "weather_agent"
+
+
+def test_the_quickstart_on_the_custom_env_page_runs_as_written(tmp_path: Path) -> None:
+    """docs/envs/custom.md opens with examples/quickstart/convert_tools.py and two commands; both run."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    example = root / "examples" / "quickstart" / "convert_tools.py"
+    assert example.read_text().rstrip() in (root / "docs" / "envs" / "custom.md").read_text()
+    played = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120)
+    assert played.returncode == 0, played.stderr[-2000:]
+    assert "reward +1.00" in played.stdout and "[ok]" in played.stdout
+    env = {**os.environ, "PYTHONPATH": str(example.parent), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "prm_gym.training.cli", "--imports", "convert_tools", "--env", "mylab/Convert-v0"]
+    cmd += [
+        "--steps",
+        "1",
+        "--group-size",
+        "2",
+        "--tasks-per-step",
+        "1",
+        "--output-dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
+    cmd += ["--no-tensorboard", "--sampling.max-new-tokens", "4", "--eval.num-tasks", "1", "--eval.samples", "1"]
+    trained = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert "trained 1 steps" in trained.stdout and (tmp_path / "metrics.jsonl").exists()
