@@ -38,18 +38,27 @@ MAX_BATCH = 1024
 class _Handler(BaseHTTPRequestHandler):
     server: RetrievalServer
     protocol_version = "HTTP/1.1"
+    #: TCP_NODELAY on the accepted socket: without it a small reply waits for the client's
+    #: delayed ACK (~40 ms a call on Linux) whenever a write follows an unacknowledged one.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
 
     def _reply(self, status: int, payload: dict[str, Any]) -> None:
+        """Status line, headers and body in ONE write (one segment for a small reply)."""
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.log_request(status)
+        phrase = self.responses.get(status, ("",))[0]
+        head = (
+            f"{self.protocol_version} {status} {phrase}\r\n"
+            f"Server: {self.version_string()}\r\nDate: {self.date_time_string()}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        )
+        if self.close_connection:
+            head += "Connection: close\r\n"
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/health":

@@ -122,3 +122,21 @@ def test_server_starts_with_one_command(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_search_call_does_not_stall_on_nagle(server: RetrievalServer) -> None:
+    """A deadline, not a timing benchmark: Nagle plus delayed ACK stalls a reply ~40 ms.
+
+    Headers and body written separately (or a request split in two writes) wait for the peer's
+    delayed ACK; every call on a kept-alive connection then takes >= 40 ms on Linux loopback.
+    """
+    client = HTTPRetriever(server.url)
+    client.search("river city", 3)  # connect and warm up
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        client.search("river city", 3)
+        times.append(time.perf_counter() - t)
+    client.close()
+    times.sort()
+    assert times[len(times) // 2] < 0.020, f"median search call {times[len(times) // 2] * 1e3:.1f} ms"
