@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 from collections.abc import Iterable
@@ -29,8 +30,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prm-gym" / "search"
 
 
+@functools.lru_cache(maxsize=8)
 def world_index(n_people: int, seed: int) -> BM25Index:
-    """The BM25 index of a generated world, loaded from the cache or built and cached."""
+    """The BM25 index of a generated world, loaded from the cache or built and cached.
+
+    Once per process for each ``(n_people, seed)``: envs share the (read-only) index.
+    """
     key = hashlib.sha256(f"{WORLD_VERSION}/{n_people}/{seed}".encode()).hexdigest()[:12]
     path = cache_dir() / f"world-{n_people}-{seed}-{key}"
     try:
