@@ -13,6 +13,11 @@ Endpoints (Search-R1 retriever compatible in spirit):
   (documents only when ``return_scores`` is false);
 * ``GET /health`` -> ``{"status": "ok", "backend": ..., "docs": ...}``.
 
+Clients of other suites work unchanged against it: skyrl-gym's ``SearchToolGroup`` sends
+``{"query": "..."}`` (one query, answered as a one-element batch), and GEM's ``SearchTool`` sends
+the same object msgpack-encoded (answered in msgpack, ``{"result": [hit, ...]}`` as GEM's own
+retrieval server does) when the ``msgpack`` package is installed.
+
 Built on the standard library's ``ThreadingHTTPServer``; bad requests get a 4xx JSON error
 that names the problem.
 """
@@ -46,15 +51,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.verbose:
             super().log_message(format, *args)
 
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
+    def _reply(self, status: int, payload: dict[str, Any], packed: bool = False) -> None:
         """Status line, headers and body in ONE write (one segment for a small reply)."""
-        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        body = _msgpack().packb(payload) if packed else json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        kind = "application/msgpack" if packed else "application/json"
         self.log_request(status)
         phrase = self.responses.get(status, ("",))[0]
         head = (
             f"{self.protocol_version} {status} {phrase}\r\n"
             f"Server: {self.version_string()}\r\nDate: {self.date_time_string()}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Content-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
         )
         if self.close_connection:
             head += "Connection: close\r\n"
@@ -80,9 +86,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._reply(413, {"error": f"request body of {length} bytes exceeds {MAX_BODY_BYTES}"})
             return
+        raw = self.rfile.read(length)
+        packed = "msgpack" in (self.headers.get("Content-Type") or "") or _is_msgpack_map(raw)
         try:
-            req = json.loads(self.rfile.read(length) or b"null")
-            queries, k, scores = _validate(req)
+            req = _unpack(raw) if packed else json.loads(raw or b"null")
+            queries, k, scores, single = _validate(req)
             results = self.server.retriever.search_batch(queries, k)
         except (ValueError, ToolError) as exc:
             self._reply(400, {"error": str(exc)})
@@ -93,19 +101,48 @@ class _Handler(BaseHTTPRequestHandler):
         out = [
             [{"document": p.to_dict(), "score": p.score} if scores else p.to_dict() for p in hits] for hits in results
         ]
-        self._reply(200, {"result": out})
+        self._reply(200, {"result": out[0] if packed and single else out}, packed and _msgpack() is not None)
 
 
-def _validate(req: Any) -> tuple[list[str], int, bool]:
+def _is_msgpack_map(raw: bytes) -> bool:
+    """Whether ``raw`` opens with a msgpack map marker (a byte no JSON text starts with)."""
+    return bool(raw) and (0x80 <= raw[0] <= 0x8F or raw[0] in (0xDE, 0xDF))
+
+
+def _unpack(raw: bytes) -> Any:
+    """A msgpack body; a ValueError (a 400) when it is malformed or msgpack is not installed."""
+    mp = _msgpack()
+    if mp is None:
+        raise ValueError("a msgpack request needs the msgpack package on the server (pip install msgpack)")
+    try:
+        return mp.unpackb(raw)
+    except Exception as exc:  # msgpack's own errors are not all ValueErrors
+        raise ValueError(f"body is not valid msgpack ({type(exc).__name__})") from None
+
+
+def _msgpack() -> Any:
+    """The optional ``msgpack`` module (GEM's wire format), or None when it is not installed."""
+    try:
+        import msgpack
+    except ImportError:
+        return None
+    return msgpack
+
+
+def _validate(req: Any) -> tuple[list[str], int, bool, bool]:
+    """``(queries, topk, return_scores, single)``; ``single``: the request named one ``query``."""
+    single = isinstance(req, dict) and isinstance(req.get("query"), str) and "queries" not in req
+    if single:
+        req = {**req, "queries": [req["query"]]}
     if not isinstance(req, dict) or not isinstance(req.get("queries"), list):
-        raise ValueError('body must be a JSON object {"queries": [str, ...], "topk": int}')
+        raise ValueError('body must be a JSON object {"queries": [str, ...], "topk": int} or {"query": str}')
     queries = req["queries"]
     if not all(isinstance(q, str) for q in queries):
         raise ValueError("every query must be a string")
     if len(queries) > MAX_BATCH:
         raise ValueError(f"{len(queries)} queries in one request; the limit is {MAX_BATCH}")
-    k = req.get("topk", 3)
-    return queries, k, bool(req.get("return_scores", True))
+    k = 3 if req.get("topk") is None else req["topk"]
+    return queries, k, bool(req.get("return_scores", True)), single
 
 
 class RetrievalServer(ThreadingHTTPServer):

@@ -140,3 +140,19 @@ def test_a_search_call_does_not_stall_on_nagle(server: RetrievalServer) -> None:
     client.close()
     times.sort()
     assert times[len(times) // 2] < 0.020, f"median search call {times[len(times) // 2] * 1e3:.1f} ms"
+
+
+def test_skyrl_and_gem_shaped_requests_are_answered(server: RetrievalServer, index: BM25Index) -> None:
+    """skyrl-gym's SearchToolGroup posts JSON {"query": str} and reads result[0]; GEM's SearchTool
+    posts the same object in msgpack and reads a flat result list, also in msgpack."""
+    msgpack = pytest.importorskip("msgpack")
+    want = [p.id for p in index.search("river city", 3)]
+    r = httpx.post(server.url + "/retrieve", json={"query": "river city", "topk": 3, "return_scores": True})
+    assert [h["document"]["id"] for h in r.json()["result"][0]] == want
+    body = msgpack.packb({"query": "river city", "topk": 3, "return_scores": True})
+    r = httpx.post(server.url + "/retrieve", content=body)
+    assert r.headers["content-type"] == "application/msgpack"
+    hits = msgpack.unpackb(r.content)["result"]
+    assert [h["document"]["id"] for h in hits] == want and "contents" in hits[0]["document"]
+    r = httpx.post(server.url + "/retrieve", content=b"\x83\xa5query", headers={"Content-Type": "application/msgpack"})
+    assert r.status_code == 400 and "msgpack" in r.json()["error"]
