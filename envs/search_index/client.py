@@ -4,16 +4,22 @@ Requests use the Search-R1 retriever shape, ``POST /retrieve`` with
 ``{"queries": [...], "topk": k, "return_scores": true}``. A server that is down, slow, or
 answers with garbage raises :class:`prm_gym.core.errors.RetrievalError` (the env then flags the turn
 ``infra_error``); a 4xx answer about the query itself raises :class:`prm_gym.core.errors.ToolError`.
+
+The client is the standard library's ``http.client`` on one kept-alive connection per thread
+(TCP_NODELAY, request line, headers and body in one write): a search call costs a fraction of a
+millisecond over localhost, about a third of what a general-purpose HTTP client spends on it.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
+import threading
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
-
-from prm_gym.core.errors import RetrievalError, ToolError
+from prm_gym.core.errors import ConfigError, RetrievalError, ToolError
 from prm_gym.envs.search_index.protocol import Passage, check_query, split_contents
 
 
@@ -26,7 +32,7 @@ def parse_hit(hit: Any) -> Passage:
         title, text = str(doc.get("title", "")), str(doc["text"])
     else:
         title, text = split_contents(str(doc.get("contents", "")))
-    return Passage(str(doc["id"]), title, text, float(score))
+    return Passage(str(doc["id"]), title, text, float(score or 0.0))
 
 
 class HTTPRetriever:
@@ -34,7 +40,10 @@ class HTTPRetriever:
 
     Args:
         url: the server's base URL (``http://127.0.0.1:8000``) or its ``/retrieve`` endpoint.
-        timeout_s: per-request bound; past it the call raises ``RetrievalError``.
+        timeout_s: bound on connecting and on each read; past it the call raises ``RetrievalError``.
+
+    Raises:
+        ConfigError: the URL is not ``http://`` or ``https://`` with a host.
     """
 
     name = "http"
@@ -42,31 +51,72 @@ class HTTPRetriever:
     def __init__(self, url: str, timeout_s: float = 10.0):
         base = url.rstrip("/")
         self.url = base if base.endswith("/retrieve") else base + "/retrieve"
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"retrieval server URL {url!r} must look like http://host:port; fix the index= argument.")
         self.timeout_s = timeout_s
-        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port
+        self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+        self._local = threading.local()
+        self._open: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
 
     def search(self, query: str, k: int = 3) -> list[Passage]:
         return self.search_batch([query], k)[0]
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
         qs = [check_query(q, k) for q in queries]
+        body = json.dumps({"queries": qs, "topk": k, "return_scores": True}).encode("utf-8")
+        status, data = self._post(body)
+        text = data.decode("utf-8", errors="replace")
+        if 400 <= status < 500 and status not in (404, 408, 429):
+            raise ToolError(f"the retrieval server rejected the query: {text[:300]}")
+        if status != 200:
+            raise RetrievalError(f"retrieval server {self.url} answered HTTP {status}: {text[:200]}")
         try:
-            resp = self._client.post(self.url, json={"queries": qs, "topk": k, "return_scores": True})
-        except httpx.TimeoutException:
-            raise RetrievalError(f"retrieval server {self.url} did not answer within {self.timeout_s}s") from None
-        except httpx.HTTPError as exc:
-            raise RetrievalError(f"retrieval server {self.url} is unreachable ({type(exc).__name__}: {exc})") from None
-        if 400 <= resp.status_code < 500 and resp.status_code not in (404, 408, 429):
-            raise ToolError(f"the retrieval server rejected the query: {resp.text[:300]}")
-        if resp.status_code != 200:
-            raise RetrievalError(f"retrieval server {self.url} answered HTTP {resp.status_code}: {resp.text[:200]}")
-        try:
-            result = resp.json()["result"]
+            result = json.loads(data)["result"]
             if not isinstance(result, list) or len(result) != len(qs):
                 raise ValueError(f"expected {len(qs)} result lists")
             return [[parse_hit(h) for h in hits] for hits in result]
         except (ValueError, KeyError, TypeError) as exc:
             raise RetrievalError(f"retrieval server {self.url} returned garbage ({exc})") from None
 
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = self._local.conn = cls(self._host, self._port, timeout=self.timeout_s)
+            with self._lock:
+                self._open.append(conn)
+        return conn
+
+    def _post(self, body: bytes) -> tuple[int, bytes]:
+        """``(status, body)`` of one POST; a kept-alive connection the server dropped is retried once."""
+        for attempt in (0, 1):
+            conn = self._connection()
+            fresh = conn.sock is None
+            try:
+                conn.request("POST", self._path, body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+            except TimeoutError:
+                conn.close()
+                raise RetrievalError(f"retrieval server {self.url} did not answer within {self.timeout_s}s") from None
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if fresh or attempt:
+                    raise RetrievalError(
+                        f"retrieval server {self.url} is unreachable ({type(exc).__name__}: {exc})"
+                    ) from None
+                continue
+            if resp.will_close:
+                conn.close()
+            return resp.status, data
+        raise AssertionError("not reached: the second attempt returns or raises")  # pragma: no cover
+
     def close(self) -> None:
-        self._client.close()
+        """Close every thread's connection (a later call opens a new one)."""
+        with self._lock:
+            for conn in self._open:
+                conn.close()

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -156,3 +157,19 @@ def test_skyrl_and_gem_shaped_requests_are_answered(server: RetrievalServer, ind
     assert [h["document"]["id"] for h in hits] == want and "contents" in hits[0]["document"]
     r = httpx.post(server.url + "/retrieve", content=b"\x83\xa5query", headers={"Content-Type": "application/msgpack"})
     assert r.status_code == 400 and "msgpack" in r.json()["error"]
+
+
+def test_one_client_shared_by_threads_and_a_dropped_connection(index: BM25Index) -> None:
+    """Each thread keeps its own connection; a kept-alive connection the server hangs up is
+    retried once, and a server that is gone is a RetrievalError, never an http.client error."""
+    srv = RetrievalServer(index, port=0).start()
+    client = HTTPRetriever(srv.url)
+    queries = ["glassware company", "river city founded", "violinist born", "tea company"]
+    want = index.search_batch(queries, 3)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: client.search(queries[i % 4], 3), range(64)))
+    assert got == [want[i % 4] for i in range(64)]
+    srv.stop()
+    with pytest.raises(RetrievalError, match="unreachable"):
+        client.search("river", 3)
+    client.close()
