@@ -362,9 +362,8 @@ def measure(
                 for key in ("step_us", "episode_us"):
                     if rep and key in reply:
                         theirs[peer][key].append(reply[key])
-    print(
-        f"\n{ENV_IDS[kind]} ({kind}): {len(pairs)} episodes per pass, {args.reps} passes after a warm-up, interleaved"
-    )
+    counts = ", ".join(f"{PEERS.get(f, 'all')}: {len(subset(kind, f, pairs))}" for f in forms(kind))
+    print(f"\n{ENV_IDS[kind]} ({kind}): episodes per pass ({counts}), {args.reps} passes after a warm-up, interleaved")
     print(f"{ENV_IDS[kind]:<14} of our step, parse_action alone takes {parse_cost(kind, pairs, args.reps):.1f} us")
     if kind != "search_tool":
         construction(kind, peers, args.reps)
@@ -448,9 +447,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument(
-        "--tasks", default="math=1000,search=1000,sql=60,search_tool=100", help="tasks per kind (two answers each)"
+        "--tasks",
+        default="math=1000,search=1000,sql=60,search_tool=100",
+        help="tasks per kind (two answers each): kind=N,... or one N for every kind",
     )
-    ap.add_argument("--kinds", default=",".join(ENV_IDS), help="comma-separated subset of " + ",".join(ENV_IDS))
+    every = [*ENV_IDS, "construction"]
+    ap.add_argument("--kinds", default=",".join(every), help="comma-separated subset of " + ",".join(every))
     ap.add_argument("--gem-python", default="")
     ap.add_argument("--skyrl-python", default="")
     args = ap.parse_args()
@@ -461,12 +463,17 @@ def main() -> None:
         where: dict[str, Any] = {}
         if "search_tool" in kinds:
             where = stack.enter_context(tool_world(tmp))
-        sizes = {k: int(v) for k, v in (item.split("=") for item in args.tasks.split(","))}
+        if args.tasks.isdigit():
+            sizes = dict.fromkeys(ENV_IDS, int(args.tasks))
+        else:
+            sizes = {k: int(v) for k, v in (item.split("=") for item in args.tasks.split(","))}
         for kind in kinds:
-            tasks, pairs = build_cases(kind, sizes.get(kind, 60), tmp)
-            measure(kind, tasks, pairs, args, tmp, where)
-        print()
-        construction_goal(args.reps)
+            if kind in ENV_IDS:
+                tasks, pairs = build_cases(kind, sizes.get(kind, 60), tmp)
+                measure(kind, tasks, pairs, args, tmp, where)
+        if "construction" in kinds:
+            print()
+            construction_goal(args.reps)
 
 
 @contextlib.contextmanager
