@@ -188,6 +188,25 @@ def _fast_tags(tag: str) -> tuple[str, str] | None:
     return open_t, close_t
 
 
+#: Up to this length, a turn is first tried against one regular expression (cheapest for short
+#: turns); longer ones go straight to :func:`_fast_answer`'s C-level scans.
+_SHORT = 256
+#: A character the general parse passes over untouched: no tag start, no ``[``, no control
+#: character, no surrogate.
+_PLAIN = r"[^<\[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]"
+
+
+@lru_cache(maxsize=64)
+def _short_answer_pattern(tag: str) -> re.Pattern[str] | None:
+    """Plain reasoning, then ``<tag>plain body</tag>`` and trailing whitespace: a turn the general
+    parse accepts as exactly that answer with no issue (None for a tag :func:`_fast_tags` refuses)."""
+    tags = _fast_tags(tag)
+    if tags is None:
+        return None
+    open_t, close_t = (re.escape(t) for t in tags)
+    return re.compile(rf"{_PLAIN}*{open_t}({_PLAIN}*){close_t}[ \t\n\r]*")
+
+
 def _fast_answer(text: str, answer_tag: str) -> str | None:
     """The answer of a turn that is reasoning (``<think>`` blocks allowed) then exactly one
     ``<tag>...</tag>``, with no tool call, markup or control character: what the general parse
@@ -250,7 +269,11 @@ def parse_action(
         max_chars: actions longer than this are flagged ``action_too_long`` and not parsed.
         max_tool_calls: more calls than this in one turn are flagged ``too_many_tool_calls``.
     """
-    if isinstance(action, str) and len(action) <= max_chars:  # fast path: reasoning, then one answer
+    if isinstance(action, str) and len(action) <= max_chars:  # fast paths: reasoning, then one answer
+        short = _short_answer_pattern(answer_tag) if len(action) <= _SHORT else None
+        found = short.fullmatch(action) if short is not None else None
+        if found is not None:
+            return ParsedAction(action, (), found.group(1).strip())
         answer = _fast_answer(action, answer_tag)
         if answer is not None:
             return ParsedAction(action, (), answer)
