@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,15 @@ def generate_sql_tasks(
     return _generate(n, seed, split, tuple(levels), tuple(schemas), dbs_per_schema, folder)
 
 
+_DB_FILES: weakref.WeakKeyDictionary[TaskSet, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
 def _databases_exist(tasks: TaskSet) -> bool:
-    return all(os.path.isfile(p) for p in {t.meta["db_path"] for t in tasks})
+    """Whether every database file of a generated set is still there (its paths gathered once)."""
+    paths = _DB_FILES.get(tasks)
+    if paths is None:
+        paths = _DB_FILES[tasks] = tuple({str(t.meta["db_path"]) for t in tasks})
+    return all(os.path.isfile(p) for p in paths)
 
 
 @generated_once(still_valid=_databases_exist)
