@@ -168,7 +168,11 @@ def page_head() -> list[str]:
         f"Load average before the run: {load()}.",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
-        "Every ratio is against a baseline measured in the same run of the same script.",
+        "Every ratio is against a baseline measured in the same run of the same script. Every figure is",
+        "the median of alternated rounds (or interleaved passes) of the systems compared, so both sides see",
+        "the same machine load; each row's 'baseline is' column names its like-for-like conditions (equal",
+        "threads, the same answer form, fresh query text, the same interpreter flags, the same training",
+        "settings). The closing section gives each row's figure before and after this run.",
         "",
     ]
 
