@@ -30,14 +30,18 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prm-gym" / "search"
 
 
-@functools.lru_cache(maxsize=8)
 def world_index(n_people: int, seed: int) -> BM25Index:
     """The BM25 index of a generated world, loaded from the cache or built and cached.
 
-    Once per process for each ``(n_people, seed)``: envs share the (read-only) index.
+    Once per process for each ``(n_people, seed)`` and cache folder: envs share the (read-only) index.
     """
+    return _world_index(n_people, seed, str(cache_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _world_index(n_people: int, seed: int, folder: str) -> BM25Index:
     key = hashlib.sha256(f"{WORLD_VERSION}/{n_people}/{seed}".encode()).hexdigest()[:12]
-    path = cache_dir() / f"world-{n_people}-{seed}-{key}"
+    path = Path(folder) / f"world-{n_people}-{seed}-{key}"
     try:
         return BM25Index.load(path).warm()
     except (ConfigError, OSError, ValueError):
