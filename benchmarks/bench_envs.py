@@ -66,12 +66,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
+from envs_construction import construction, construction_goal
+from envs_notes import CONDITIONS, MISS_REASON, RESET_REASON
 from fresh_text import fresh_sql
 from peer_client import PeerSession, not_installed, peer_python
 from result_line import emit, median, settle, skipped, spread
 
-import prm_gym
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.envs.base import ToolEnv
@@ -93,43 +93,7 @@ OUTCOME_ONLY = {"math": "rule/math_equiv", "search": "rule/exact_match", "sql": 
 #: Peer key (its venv under .venv-peers, and $<KEY>_PYTHON) -> the name the table shows.
 PEERS = {"gem": "GEM", "skyrl": "skyrl-gym"}
 SAME = "unwrapped env classes both sides, same tasks and answers, passes interleaved"
-#: Each (kind, form)'s fairness conditions beyond SAME.
-CONDITIONS = {
-    ("math", "gem"): "both answer \\boxed{N} after the same 70 characters of reasoning (both run math-verify)",
-    ("math", "skyrl"): "both answer the plain number after the same 70 characters of reasoning",
-    ("sql", "any"): "query text fresh every pass on both sides (no text cache answers)",
-    ("search", "any"): "",
-    ("search_tool", "any"): "one search call with retrieval, 106k passages, top 3; the peer over HTTP to the same "
-    "RetrievalServer process",
-}
 Sample = tuple[float, float, list[float]]  # (mean us per step, mean us per episode, verdicts)
-#: Why a row can still lose: what our step does that the peer's does not.
-MISS_REASON = {
-    ("skyrl", "math"): "skyrl's GSM8kEnv step is one regex search and a string compare of the number "
-    "(no math equivalence: '42.0' scores 0 against '42'; no format or tool checks; an empty metadata dict); "
-    "ours is the general step every prm/ env shares: the parse with its leniency (think blocks, markup "
-    "imitation, tag balance, tool calls; one pass over the text), the pluggable judge expression with each "
-    "judge's failure isolated, exact numeric comparison, and the info contract of DESIGN.md. Measured in this "
-    "run: parse_action takes {parse} us of our step; the rest is ToolEnv.step in envs/base.py (the judge "
-    "loop with verdict checks, the Turn record, the info dicts), a fixed cost per turn that does not grow with "
-    "the reasoning's length",
-    ("gem", "search"): "GEM's QaEnv step is one regex and a SQuAD-normalised compare; ours also parses the "
-    "whole turn and builds the info contract (reward terms, judge/parse/tool diagnostics, retrieval stats)",
-    ("skyrl", "search"): "skyrl's SearchEnv answer step is a substring check, one regex and a SQuAD-normalised "
-    "compare; ours also parses the whole turn and builds the info contract (reward terms, judge/parse/tool "
-    "diagnostics, retrieval stats)",
-    ("skyrl", "sql"): "with the default judges ours also parses the submitted query with sqlglot (pure Python, "
-    "a few hundred us) for the syntax and schema-link partial credit that skyrl-gym does not give",
-}
-#: Why a reset + step row can still lose: what our reset does that the peer's does not.
-RESET_REASON = {
-    "math": "our reset also hands out a fresh copy of the tool schemas in info['tools'] and records the "
-    "episode's RNG state for replay; skyrl-gym's 'reset' (construct + init) only stores the prompt",
-    "search": "our reset also hands out a fresh copy of the tool schemas in info['tools'] and records the "
-    "episode's RNG state for replay",
-    "sql": "our reset also opens and checks the episode's database read-only (file check, connect, PRAGMAs) "
-    "and hands out the tool schemas; skyrl-gym opens its connection inside the step",
-}
 
 
 def build_cases(kind: str, n: int, tmp: Path) -> tuple[TaskSet, list[tuple[Task, str]]]:
@@ -374,7 +338,7 @@ def measure(
     parse_us = parse_cost(kind, pairs, args.reps)
     print(f"{ENV_IDS[kind]:<14} of our step, parse_action alone takes {parse_us:.1f} us")
     if kind != "search_tool":
-        construction(kind, peers, args.reps)
+        construction(ENV_IDS[kind], peers, args.reps)
     for peer, session in peers.items():
         reply = session.ask("end") if isinstance(session, PeerSession) else {"error": session}
         if isinstance(session, PeerSession):
@@ -385,70 +349,6 @@ def measure(
             skipped("envs", f"{ENV_IDS[kind]} ({kind}) vs {PEERS[peer]}", PEERS[peer], str(reply["error"]), "us")
             continue
         compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks, where), parse_us)
-
-
-def make_pass(env_id: str, n: int = 200) -> float:
-    """Mean microseconds of ``gym.make(env_id)`` with default arguments (after the first build)."""
-    settle()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        gym.make(env_id).close()
-    return (time.perf_counter() - t0) / n * 1e6
-
-
-def construction(kind: str, peers: dict[str, PeerSession | str], reps: int) -> None:
-    """Construction rows: our gym.make against each peer's env class, passes alternated."""
-    env_id = ENV_IDS[kind]
-    gym.make(env_id).close()  # the first build generates the task set once per process
-    ours: list[float] = []
-    theirs: dict[str, list[float]] = {p: [] for p in peers}
-    for rep in range(reps + 1):
-        t = make_pass(env_id)
-        if rep:
-            ours.append(t)
-        for peer, session in peers.items():
-            if isinstance(session, PeerSession) and not session.error:
-                reply = session.ask("construct")
-                if rep and "construct_us" in reply:
-                    theirs[peer].append(reply["construct_us"])
-    what = "gym.make, default arguments, after the first build"
-    for peer, times in theirs.items():
-        session = peers[peer]
-        if not times or not isinstance(session, PeerSession):
-            continue
-        base = f"{PEERS[peer]} {session.hello.get('version', '')} {session.hello.get('env', '')} constructor"
-        o, t = median(ours), median(times)
-        print(f"{env_id:<14} {what:<62} ours {o:8.1f} us  {base:<26} {t:8.1f} us  {t / o:5.2f}x")
-        note = (
-            "ours goes through gym.make (registry lookup, the env checker, order and time-limit wrappers) and "
-            "builds the judges and tool schemas; the peer constructs its class with its task given"
-            if t < o
-            else ""
-        )
-        cond = "ours gym.make with its wrappers (what a trainer calls), theirs the class; passes alternated"
-        emit(
-            "envs",
-            f"{env_id} {what}",
-            o,
-            t,
-            f"{base}; {cond}",
-            "us",
-            "lower",
-            f"ours {spread(ours)}, {PEERS[peer]} {spread(times)}",
-            note,
-        )
-
-
-def construction_goal(reps: int) -> None:
-    """Every prm/ id's gym.make against issue 25's goal of 0.5 ms (a target, not a measured peer)."""
-    for env_id in sorted(prm_gym.ENVS):
-        gym.make(env_id).close()
-        times = [make_pass(env_id, 100) for _ in range(reps)]
-        print(f"{env_id:<14} gym.make after the first build: {median(times):.1f} us (goal <= 500 us)")
-        emit(
-            "envs", f"{env_id} gym.make, default arguments, after the first build", median(times), 500.0,
-            "the 0.5 ms goal (a target, not a measurement)", "us", "lower", spread(times),
-        )  # fmt: skip
 
 
 def main() -> None:
