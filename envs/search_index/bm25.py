@@ -209,14 +209,13 @@ class BM25Index:
         weight = Counter(tids)  # a repeated query word counts as often as it is repeated (Lucene)
         by_df = sorted(weight, key=lambda t: int(self.indptr[t + 1] - self.indptr[t]))
         ub = self.max_impact
-        bound = float(sum(weight[t] * ub[t] for t in by_df))
         limit = max(256, len(self.passages) // 32)
         seen = self._seen_mask()
         cands: list[np.ndarray] = []
         parts: list[np.ndarray] = []
         total = 0
         try:
-            for t in by_df:  # essential terms: the rarest ones
+            for j, t in enumerate(by_df):  # essential terms: the rarest ones
                 docs = self._docs(t)
                 if total + len(docs) > limit:
                     break
@@ -225,10 +224,10 @@ class BM25Index:
                 cands.append(new)
                 parts.append(self._score_docs(tids, new))
                 total += len(new)
-                bound -= weight[t] * float(ub[t])
                 if total < k:
                     continue
                 scores = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                bound = float(sum(weight[u] * ub[u] for u in by_df[j + 1 :]))  # what the rest could add
                 if bound < float(np.partition(scores, total - k)[total - k]):
                     cand = np.concatenate(cands) if len(cands) > 1 else cands[0]
                     top = np.lexsort((cand, -scores))[:k]  # ties by lower index, as Lucene
