@@ -201,8 +201,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--verbose", action="store_true", help="log every request")
+    ap.add_argument(
+        "--batch-threads",
+        type=int,
+        default=1,
+        help="threads one request's queries are spread over (bm25 and pyserini backends)",
+    )
     args = ap.parse_args(argv)
+    if args.batch_threads < 1:
+        ap.error(f"--batch-threads must be >= 1, got {args.batch_threads}")
     retriever = open_retriever(args.backend, args.index or args.corpus)
+    if hasattr(retriever, "threads"):
+        retriever.threads = args.batch_threads
     server = RetrievalServer(retriever, args.host, args.port, args.verbose)
     print(f"serving {retriever.name} on {server.url}/retrieve", flush=True)
     try:

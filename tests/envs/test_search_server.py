@@ -18,7 +18,10 @@ import pytest
 from prm_gym.core.errors import RetrievalError, ToolError
 from prm_gym.envs.search_index import BM25Index, HTTPRetriever, write_corpus
 from prm_gym.envs.search_index.server import RetrievalServer
+from prm_gym.envs.search_index.server import main as server_main
 from prm_gym.envs.search_tasks import generate_world, world_passages
+
+SERVE = [sys.executable, "-m", "prm_gym.envs.search_index.server"]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +110,7 @@ def test_slow_or_garbage_server_is_a_retrieval_error(handler: type, match: str) 
 def test_server_starts_with_one_command(tmp_path: Path) -> None:
     corpus = write_corpus(world_passages(generate_world(40, seed=0)), tmp_path / "corpus.jsonl")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prm_gym.envs.search_index.server", "--corpus", str(corpus), "--port", "0"],
+        [*SERVE, "--corpus", str(corpus), "--port", "0", "--batch-threads", "2"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -116,9 +119,10 @@ def test_server_starts_with_one_command(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert line.startswith("serving bm25 on http://127.0.0.1:"), line
         url = line.split()[-1]
-        r = httpx.post(url, json={"queries": ["river", "company"], "topk": 2}, timeout=10)
-        result = r.json()["result"]
-        assert len(result) == 2 and all(len(hits) == 2 for hits in result)
+        r = httpx.post(url, json={"queries": ["river", "company", "city"], "topk": 2}, timeout=10)
+        result = r.json()["result"]  # a batch spread over two threads, answered in order
+        want = BM25Index.from_corpus(corpus).search_batch(["river", "company", "city"], 2)
+        assert [[h["document"]["id"] for h in hits] for hits in result] == [[p.id for p in w] for w in want]
         assert json.dumps(result)
     finally:
         proc.terminate()
@@ -173,3 +177,8 @@ def test_one_client_shared_by_threads_and_a_dropped_connection(index: BM25Index)
     with pytest.raises(RetrievalError, match="unreachable"):
         client.search("river", 3)
     client.close()
+
+
+def test_batch_threads_must_be_positive() -> None:
+    with pytest.raises(SystemExit):
+        server_main(["--corpus", "x.jsonl", "--batch-threads", "0"])
