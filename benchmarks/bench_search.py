@@ -171,10 +171,10 @@ def _emit_qps(row: str, qps: dict[str, list[float]], mine: str, theirs: str, nam
 
 
 @contextlib.contextmanager
-def served(index_dir: Path, batch_threads: int = 1) -> Iterator[str]:
+def served(index_dir: Path, batch_threads: int = 1, workers: int = 1) -> Iterator[str]:
     """The URL of a RetrievalServer process serving the index saved in ``index_dir``."""
     cmd = [sys.executable, "-m", "prm_gym.envs.search_index.server", "--index", str(index_dir), "--port", "0"]
-    cmd += ["--batch-threads", str(batch_threads)]
+    cmd += ["--batch-threads", str(batch_threads), "--workers", str(workers)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -189,26 +189,28 @@ def served(index_dir: Path, batch_threads: int = 1) -> Iterator[str]:
 
 def server_rows(index: BM25Index, queries: list[str], reps: int, tmp: Path) -> None:
     """A search call through the RetrievalServer (its own process) beside the embedded index,
-    with 1 client and with 8 client threads; and one batch request on 1 and on 2 server threads.
-    Alternated rounds."""
+    with 1 client and with 8 client threads (on one server process and on two, ``--workers 2``);
+    and one batch request on 1 and on 2 server threads. Alternated rounds."""
     qs = queries[:400]
     index.save(tmp / "served")
     with (
         served(tmp / "served") as url,
         served(tmp / "served", batch_threads=2) as url2,
+        served(tmp / "served", workers=2) as url3,
         ThreadPoolExecutor(8) as pool,
     ):
-        client, client2 = HTTPRetriever(url), HTTPRetriever(url2)
+        client, client2, client3 = HTTPRetriever(url), HTTPRetriever(url2), HTTPRetriever(url3)
         fns = {
             "embedded, 1 caller": lambda: [index.search(q, 3) for q in qs],
             "server, 1 client": lambda: [client.search(q, 3) for q in qs],
             "server, 8 clients": lambda: list(pool.map(lambda q: client.search(q, 3), qs)),
+            "2 workers, 8 clients": lambda: list(pool.map(lambda q: client3.search(q, 3), qs)),
             "batch, 1 thread": lambda: client.search_batch(qs, 3),
             "batch, 2 threads": lambda: client2.search_batch(qs, 3),
         }
         times = alternate(fns, reps)
-        client.close()
-        client2.close()
+        for c in (client, client2, client3):
+            c.close()
     ms = {k: [t / len(qs) * 1e3 for t in ts] for k, ts in times.items()}
     qps = {k: [len(qs) / t for t in ts] for k, ts in times.items()}
     print(f"\nretrieval server ({len(index)} passages, top 3, {len(qs)} queries, {reps} alternated rounds):")
@@ -228,6 +230,8 @@ def server_rows(index: BM25Index, queries: list[str], reps: int, tmp: Path) -> N
     )
     for row, mine, base, name in (
         ("retrieval server q/s, 8 client threads", "server, 8 clients", "server, 1 client", "1 client"),
+        ("retrieval server q/s, 8 client threads, 2 worker processes", "2 workers, 8 clients", "server, 8 clients",
+         "1 process"),
         ("retrieval server q/s, one 400-query batch, 2 server threads", "batch, 2 threads", "batch, 1 thread",
          "1 server thread"),
     ):  # fmt: skip

@@ -25,8 +25,13 @@ that names the problem.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
+import sys
 import threading
+import time
 from collections.abc import Sequence, Sized
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -189,6 +194,36 @@ class RetrievalServer(ThreadingHTTPServer):
         self.stop()
 
 
+def fork_workers(server: RetrievalServer, extra: int) -> list[int]:
+    """Fork ``extra`` processes that serve ``server``'s listening socket too; returns their pids.
+
+    Each worker holds its own GIL, so requests spread over cores (the kernel hands each new
+    connection to one of the processes accepting on the socket). Call it after the index is
+    loaded and before any thread starts: the workers share the index's memory copy-on-write.
+    A worker exits when its parent is gone.
+    """
+    parent, pids = os.getpid(), []
+    if extra:
+        server.socket.setblocking(False)  # a process that loses the race to accept must not block in accept()
+    for _ in range(extra):
+        pid = os.fork()
+        if pid == 0:  # the worker: serve until the parent sends SIGTERM or disappears
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+            try:
+                server.serve_forever()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    return pids
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m prm_gym.envs.search_index.server``: serve an index over HTTP."""
     from prm_gym.envs.search_index import open_retriever
@@ -202,24 +237,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--verbose", action="store_true", help="log every request")
     ap.add_argument(
-        "--batch-threads",
-        type=int,
-        default=1,
-        help="threads one request's queries are spread over (bm25 and pyserini backends)",
+        "--batch-threads", type=int, default=1, help="threads one request's queries use (bm25, pyserini backends)"
     )
+    ap.add_argument("--workers", type=int, default=1, help="processes serving the port (bm25 backend; POSIX fork)")
     args = ap.parse_args(argv)
-    if args.batch_threads < 1:
-        ap.error(f"--batch-threads must be >= 1, got {args.batch_threads}")
+    if args.batch_threads < 1 or args.workers < 1:
+        ap.error(f"--batch-threads and --workers must be >= 1, got {args.batch_threads} and {args.workers}")
+    if args.workers > 1 and args.backend != "bm25":
+        ap.error("--workers needs the bm25 backend (a JVM or a model does not survive fork); use one worker")
     retriever = open_retriever(args.backend, args.index or args.corpus)
     if hasattr(retriever, "threads"):
         retriever.threads = args.batch_threads
     server = RetrievalServer(retriever, args.host, args.port, args.verbose)
+    workers = fork_workers(server, args.workers - 1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below stops the workers
     print(f"serving {retriever.name} on {server.url}/retrieve", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
         server.server_close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -182,3 +183,28 @@ def test_one_client_shared_by_threads_and_a_dropped_connection(index: BM25Index)
 def test_batch_threads_must_be_positive() -> None:
     with pytest.raises(SystemExit):
         server_main(["--corpus", "x.jsonl", "--batch-threads", "0"])
+
+
+def test_worker_processes_share_the_port_and_stop_with_the_server(tmp_path: Path) -> None:
+    corpus = write_corpus(world_passages(generate_world(40, seed=0)), tmp_path / "corpus.jsonl")
+    proc = subprocess.Popen(
+        [*SERVE, "--corpus", str(corpus), "--port", "0", "--workers", "3"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[-1].removesuffix("/retrieve")
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        assert len(children) == 2
+        client = HTTPRetriever(url)
+        want = BM25Index.from_corpus(corpus).search("river city", 3)
+        with ThreadPoolExecutor(8) as pool:
+            assert all(got == want for got in pool.map(lambda _: client.search("river city", 3), range(48)))
+        client.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    for pid in children:  # the workers went with it
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(SystemExit):
+        server_main(["--corpus", str(corpus), "--workers", "2", "--backend", "dense"])
