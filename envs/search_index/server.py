@@ -5,6 +5,7 @@ Start it with one command::
     python -m prm_gym.envs.search_index.server --index runs/index --port 8000
     python -m prm_gym.envs.search_index.server --corpus corpus.jsonl      # index in memory first
     python -m prm_gym.envs.search_index.server --backend dense --index runs/dense   # or pyserini
+    python -m prm_gym.envs.search_index.server --index runs/index --workers 4       # 4 processes, one port
 
 Endpoints (Search-R1 retriever compatible in spirit):
 
@@ -18,8 +19,10 @@ Clients of other suites work unchanged against it: skyrl-gym's ``SearchToolGroup
 the same object msgpack-encoded (answered in msgpack, ``{"result": [hit, ...]}`` as GEM's own
 retrieval server does) when the ``msgpack`` package is installed.
 
-Built on the standard library's ``ThreadingHTTPServer``; bad requests get a 4xx JSON error
-that names the problem.
+Built on the standard library's ``ThreadingHTTPServer`` (a thread per connection, TCP_NODELAY,
+each reply in one write); bad requests get a 4xx JSON error that names the problem. A process
+holds one GIL, so ``--workers`` forks more processes onto the same port for more cores, and
+``--batch-threads`` spreads one request's queries over threads (which helps heavy queries only).
 """
 
 from __future__ import annotations
