@@ -47,6 +47,18 @@ def measure(fn: Callable[[int], object]) -> list[float]:
     return times
 
 
+def alternated(a: Callable[[int], object], b: Callable[[int], object]) -> tuple[list[float], list[float]]:
+    """Seconds per call of ``a`` and ``b`` in alternated rounds (each round runs each once) after a warm-up."""
+    ta, tb = [], []
+    for rep in range(-1, REPS):
+        for fn, times in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            fn(rep)
+            if rep >= 0:
+                times.append(time.perf_counter() - start)
+    return ta, tb
+
+
 def report(label: str, times: list[float], baseline: float | None = None) -> float:
     med = statistics.median(times)
     spread = (max(times) - min(times)) / 2
@@ -61,16 +73,17 @@ def main() -> None:
         par = LLMJudge(base_url=server.base_url, concurrency=8, cache_size=0)
         cached = LLMJudge(base_url=server.base_url, concurrency=8)
         print(f"batch of {BATCH} turns, fake server latency {DELAY_S * 1000:.0f} ms/request, {REPS} reps")
-        seq_times = measure(lambda r: score_batch(seq, turns(f"s{r}")))
+        seq_times, par_times = alternated(
+            lambda r: score_batch(seq, turns(f"s{r}")), lambda r: score_batch(par, turns(f"p{r}"))
+        )
         base = report("llm/turn, concurrency=1 (baseline)", seq_times)
-        par_times = measure(lambda r: score_batch(par, turns(f"p{r}")))
         conc = report("llm/turn, concurrency=8", par_times, base)
         emit(
             "rewards",
             f"LLM judge batch of {BATCH}, concurrency 8",
             conc * 1e3,
             statistics.median(seq_times) * 1e3,
-            "same client, one request at a time",
+            "same client, one request at a time; alternated rounds",
             "ms",
             "lower",
             f"ours {spread([t * 1e3 for t in par_times])}, baseline {spread([t * 1e3 for t in seq_times])}",

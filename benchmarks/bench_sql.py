@@ -7,6 +7,10 @@ DISTINCT / reordered / LIMITed / wrong-filter / broken / writing variants. It th
 * a baseline measured in the same run: the usual per-check approach (open a connection, run both
   queries, compare sets of rows), as in skyrl-gym's SQL reward;
 
+every timed round giving both sides the same predicted queries in a text no earlier round used
+(``fresh_text.fresh_sql``: an unused CTE named after the round), so no cache keyed by the query
+text answers; rounds alternate between the two sides;
+
 and, if a Python with ``skyrl-gym`` is given (``--skyrl-python /tmp/skyrl-venv/bin/python``),
 runs skyrl-gym's own ``calculate_reward_single`` on the same cases and counts disagreements
 with our ``mode="set"`` verdicts (which must be zero) and ``mode="multiset"`` verdicts (which
@@ -27,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fresh_text import fresh_sql
 from peer_client import not_installed, peer_python
 from result_line import emit, skipped, spread
 
@@ -78,15 +83,30 @@ def baseline_check(db_path: str, gold: str, pred: str) -> bool:
         conn.close()
 
 
-def timed(fn: object, reps: int) -> list[float]:
-    assert callable(fn)
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
+def alternated(cases: list[tuple[Task, str]], reps: int) -> tuple[list[float], list[float]]:
+    """Seconds per round of our judge and of the baseline, rounds alternated, each round (and the
+    warm-up) on predicted queries in a text of its own."""
+    judge = ExecutionMatchJudge()
+    ours, base = [], []
+    for rnd in range(reps + 1):  # round 0 warms up
+        preds = [fresh_sql(p, f"r{rnd}_{i}") for i, (_, p) in enumerate(cases)]
+        turns = [
+            Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True)
+            for (t, _), p in zip(cases, preds, strict=True)
+        ]
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
+        verdicts = judge.score(turns)
+        t1 = time.perf_counter()
+        if rnd == 0:  # the fresh text changes no verdict
+            plain = [Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True) for t, p in cases]
+            assert [v.score for v in verdicts] == [v.score for v in ExecutionMatchJudge().score(plain)]
+        for (t, _), p in zip(cases, preds, strict=True):
+            baseline_check(str(t.meta["db_path"]), str(t.answer), p)
+        t2 = time.perf_counter()
+        if rnd:
+            ours.append(t1 - t0)
+            base.append(t2 - t1)
+    return ours, base
 
 
 def report(name: str, n: int, times: list[float]) -> tuple[float, str]:
@@ -142,20 +162,17 @@ def main() -> None:
         print(
             f"{len(cases)} execution-match checks over {len({t.meta['db_path'] for t, _ in cases})} generated databases"
         )
-        judge = ExecutionMatchJudge()
-        ours = report("rule/execution_match (multiset)", len(turns), timed(lambda: judge.score(turns), args.reps))
-        base = report(
-            "baseline: fresh connection + set compare",
-            len(cases),
-            timed(lambda: [baseline_check(str(t.meta["db_path"]), str(t.answer), p) for t, p in cases], args.reps),
-        )
+        ours_t, base_t = alternated(cases, args.reps)
+        ours = report("rule/execution_match (multiset)", len(cases), ours_t)
+        base = report("baseline: fresh connection + set compare", len(cases), base_t)
         print(f"ratio ours / baseline: {ours[0] / base[0]:.1f}x")
         emit(
             "sql",
             "execution-match checks",
             ours[0],
             base[0],
-            "fresh connection + set compare per check (skyrl-gym's approach)",
+            "fresh connection + set compare per check (skyrl-gym's approach); both sides get query text no "
+            "earlier round used (no text cache answers), rounds alternated",
             "checks/s",
             "higher",
             f"ours {ours[1]}, baseline {base[1]}",

@@ -4,8 +4,13 @@ Both train the same tiny randomly initialised Llama (``hf:tiny``, byte-level tok
 with one thread, on the same prompts (``PROMPTS x GENERATIONS`` completions per step,
 ``COMPLETION`` new tokens at most, temperature 1, no KL, one update per batch), with the same
 length reward. A step is: sample the completions, score them, group-relative advantages, one
-clipped policy-gradient update. Throughput is (prompt + completion tokens) / step time, median
-over the measured steps after warm-up; the ratio is prm-gym / TRL.
+clipped policy-gradient update. Throughput is (prompt + completion tokens) / step time.
+
+Like for like: gradient checkpointing is off on both sides (TRL's GRPOConfig turns it on by
+default, which recomputes activations and costs TRL ~15%; prm-gym's learner does not checkpoint),
+and the two trainers run in ``ROUNDS`` alternated rounds (TRL, prm-gym, prm-gym, TRL, ...: each
+round a fresh trainer, warm-up steps dropped), so both see the same machine load. Each figure is
+the median over rounds of the round's median tokens/s; the spread is min-max over rounds.
 
     .venv/bin/python benchmarks/bench_trainer.py      # needs the `bench` extra (trl)
 """
@@ -29,6 +34,7 @@ from prm_gym.training.update import learner_step
 
 PROMPTS, GENERATIONS, COMPLETION = 4, 8, 64
 WARMUP, STEPS = 2, 6
+ROUNDS = 3
 LR = 1e-4
 QUESTIONS = [
     f"Question {i}: what is {i} + {2 * i} * 3? Think, then answer inside <answer></answer>." for i in range(64)
@@ -116,6 +122,7 @@ def bench_trl(tok: Any) -> list[float]:
             bf16=False,
             seed=0,
             dataloader_num_workers=0,
+            gradient_checkpointing=False,  # as prm-gym's learner (TRL's default is on)
         )
         trainer = GRPOTrainer(
             model=tiny_model(len(tok), seed=0),
@@ -132,11 +139,19 @@ def bench_trl(tok: Any) -> list[float]:
 def main() -> None:
     torch.set_num_threads(1)
     tok = tiny_tokenizer()
-    trl_rates = bench_trl(tok)
-    prm_rates = bench_prm(tok)
+    runs: dict[str, list[float]] = {"TRL GRPOTrainer": [], "prm-gym trainer": []}
+    for r in range(ROUNDS):  # alternated: TRL first in even rounds, prm-gym first in odd ones
+        order = [("TRL GRPOTrainer", bench_trl), ("prm-gym trainer", bench_prm)]
+        for name, bench in order if r % 2 == 0 else order[::-1]:
+            runs[name].append(statistics.median(bench(tok)))
+    trl_rates, prm_rates = runs["TRL GRPOTrainer"], runs["prm-gym trainer"]
     print(f"shapes: {PROMPTS} prompts x {GENERATIONS} generations, <= {COMPLETION} new tokens, hf:tiny, CPU 1 thread")
-    for name, xs in (("TRL GRPOTrainer", trl_rates), ("prm-gym trainer", prm_rates)):
-        print(f"{name:<16} tokens/s: median {statistics.median(xs):.0f} (min {min(xs):.0f}, max {max(xs):.0f})")
+    print(
+        f"gradient checkpointing off on both sides; {ROUNDS} alternated rounds of {STEPS} steps after {WARMUP} warm-up"
+    )
+    for name, xs in runs.items():
+        rounds = ", ".join(f"{x:.0f}" for x in xs)
+        print(f"{name:<16} tokens/s: median of rounds {statistics.median(xs):.0f} (rounds: {rounds})")
     print(
         f"prm-gym / TRL tokens/s ratio: {statistics.median(prm_rates) / statistics.median(trl_rates):.2f} (target >= 1)"
     )
@@ -147,10 +162,10 @@ def main() -> None:
         "GRPO training tokens/s",
         statistics.median(prm_rates),
         statistics.median(trl_rates),
-        "TRL GRPOTrainer (same model, shapes)",
+        f"TRL GRPOTrainer (same model, shapes; gradient checkpointing off both sides; {ROUNDS} alternated rounds)",
         "tokens/s",
         "higher",
-        f"ours {spread(prm_rates)}, TRL {spread(trl_rates)}",
+        f"round medians: ours {spread(prm_rates)}, TRL {spread(trl_rates)}",
     )
 
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 BEHIND = "Rows where the suite is behind its baseline (ratio below 1x), and why:"
+#: The closing section's title; a merge drops the old one (``run_all`` writes a new one).
+CLOSING = "## Before and after"
 SKIPPED = "Rows that could not be run:"
 _SCRIPT_RE = re.compile(r"bench_(\w+)\.py:")
 
@@ -42,6 +44,8 @@ def split_page(text: str) -> Page:
     """Cut ``text`` (a page ``run_all.py`` wrote) into its parts."""
     page, part, raw_name = Page(), "head", ""
     for line in text.splitlines():
+        if line == CLOSING:
+            break
         if line == "## Summary":
             part = "intro"
         elif line == "## Raw output":
@@ -62,6 +66,17 @@ def split_page(text: str) -> Page:
         elif part == "raw" and raw_name:
             page.raw[raw_name].append(line)
     return page
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The summary table's rows of a page: bench, row, ratio (bold removed), ours, baseline, unit."""
+    out = []
+    for line in split_page(text).rows:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) >= 6:
+            keys = ("bench", "row", "ratio", "ours", "baseline", "unit")
+            out.append(dict(zip(keys, [*cells[:2], cells[2].strip("*"), *cells[3:6]], strict=True)))
+    return out
 
 
 def _merge(old: list[str], new: list[str], names: set[str]) -> list[str]:

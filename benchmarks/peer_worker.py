@@ -5,13 +5,17 @@ Runs inside the peer's own virtualenv (it imports nothing from prm-gym, only the
 
     .venv-peers/gem/bin/python benchmarks/peer_worker.py job.json
 
-``job.json`` holds ``{"peer": "gem"|"skyrl", "kind": "math"|"search"|"sql", "db_root": "...",
-"cases": [{"prompt", "gold", "action", "db_id"}, ...]}``; each ``action`` is already in the peer's
-native format. The worker builds the peer's envs and prints one JSON line,
+``job.json`` holds ``{"peer": "gem"|"skyrl", "kind": "math"|"search"|"sql"|"search_tool", "db_root": "...",
+"search_url": "...", "fresh_sql": bool, "cases": [{"prompt", "gold", "action", "db_id"}, ...]}``; each
+``action`` is already in the peer's native format (``search_tool``: a ``<search>`` call, answered by
+the retrieval server at ``search_url``; ``fresh_sql``: every pass rewrites the ``<solution>`` query
+into a text no earlier pass used, ``fresh_text.fresh_sql``). The worker builds the peer's envs and
+prints one JSON line,
 ``{"ready": true, "env": "<class>", "version": "<distribution version>"}`` or ``{"error": "..."}``
 when the peer cannot run this kind; then, for each line ``pass`` read from stdin, it plays every
 case as one episode (reset, then the final answer step) and prints
-``{"step_us": <mean>, "episode_us": <mean>}``; on ``end`` it prints ``{"rewards": [per case]}``
+``{"step_us": <mean>, "episode_us": <mean>}``; ``construct`` times building one env (no episode) and
+prints ``{"construct_us": <mean>}``; on ``end`` it prints ``{"rewards": [per case]}``
 (of the last pass) and exits. ``benchmarks/peer_client.py`` drives it, so the peer's passes
 interleave with ours and both sides see the same machine load.
 """
@@ -27,14 +31,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fresh_text import fresh_sql  # stdlib only, like result_line
 from result_line import settle  # stdlib only: importable from the peer's own Python
 
 Episode = tuple[Callable[[], object], Callable[[], float]]  # (reset, step -> reward)
 #: (episodes, env class name, close, rewards by case index when the peer plays cases out of order)
 Made = tuple[list[Episode], str, Callable[[], None], dict[int, float]]
+#: Builds one env (what ``construct`` times).
+MAKERS: dict[str, Callable[[], object]] = {}
 
 
-def gem_episodes(kind: str, cases: list[dict[str, Any]]) -> Made:
+def gem_episodes(kind: str, cases: list[dict[str, Any]], search_url: str = "") -> Made:
     """GEM's nearest envs: ``MathEnv`` (\\boxed{} answers, in-process grading) and ``QaEnv`` (<answer>)."""
     from datasets import Dataset
 
@@ -43,7 +50,7 @@ def gem_episodes(kind: str, cases: list[dict[str, Any]]) -> Made:
 
         keys = {"question_key": "problem", "answer_key": "answer"}
         extra: dict[str, Any] = {"use_mp": False}  # in-process grading: GEM's faster mode, like ours
-    elif kind == "search":
+    elif kind in ("search", "search_tool"):
         from gem.envs.qa_env import QaEnv as GemEnv
 
         keys = {"question_key": "question", "answer_key": "answer"}
@@ -53,7 +60,14 @@ def gem_episodes(kind: str, cases: list[dict[str, Any]]) -> Made:
     rows = [
         {keys["question_key"]: f"{c['prompt']} [case {i}]", keys["answer_key"]: c["gold"]} for i, c in enumerate(cases)
     ]
-    env = GemEnv(dataset=Dataset.from_list(rows), eval=True, **keys, **extra)
+    dataset = Dataset.from_list(rows)
+    env = GemEnv(dataset=dataset, eval=True, **keys, **extra)
+    MAKERS["env"] = lambda: GemEnv(dataset=dataset, eval=True, **keys, **extra)
+    if kind == "search_tool":  # QaEnv with GEM's SearchTool, as GEM's search recipes wrap it
+        from gem.tools.search_tool import SearchTool
+        from gem.tools.tool_env_wrapper import ToolEnvWrapper
+
+        env = ToolEnvWrapper(env, tools=[SearchTool(search_url=search_url, topk=3)])
     current = {"case": -1}
     by_case: dict[int, float] = {}
 
@@ -74,7 +88,7 @@ def gem_episodes(kind: str, cases: list[dict[str, Any]]) -> Made:
     return [(reset, step) for _ in cases], type(env).__name__, close, by_case
 
 
-def skyrl_episodes(kind: str, cases: list[dict[str, Any]], db_root: str) -> Made:
+def skyrl_episodes(kind: str, cases: list[dict[str, Any]], db_root: str, search_url: str = "") -> Made:
     """skyrl-gym's nearest envs: ``gsm8k`` (#### answers), ``search`` and ``text2sql``; one env per episode."""
     if kind == "math":
         from skyrl_gym.envs.gsm8k.env import GSM8kEnv
@@ -82,12 +96,14 @@ def skyrl_episodes(kind: str, cases: list[dict[str, Any]], db_root: str) -> Made
         def make(c: dict[str, Any]) -> Any:
             return GSM8kEnv(env_config=None, extras={"reward_spec": {"ground_truth": c["gold"]}})
 
-    elif kind == "search":
+    elif kind in ("search", "search_tool"):
         from skyrl_gym.envs.search.env import SearchEnv, SearchEnvConfig
+
+        config = SearchEnvConfig(search_url=search_url) if search_url else SearchEnvConfig()
 
         def make(c: dict[str, Any]) -> Any:
             extras = {"reward_spec": {"ground_truth": {"target": [c["gold"]]}}, "max_turns": 2}
-            return SearchEnv(SearchEnvConfig(), extras=extras)
+            return SearchEnv(config, extras=extras)
 
     else:
         from skyrl_gym.envs.sql.env import SQLEnv, Text2SQLEnvConfig
@@ -108,7 +124,8 @@ def skyrl_episodes(kind: str, cases: list[dict[str, Any]], db_root: str) -> Made
             return float(box["env"].step(c["action"])["reward"])
 
         episodes.append((reset, step))
-    return episodes, {"math": "GSM8kEnv", "search": "SearchEnv", "sql": "SQLEnv"}[kind], lambda: None, {}
+    MAKERS["env"] = lambda: make(cases[0])
+    return episodes, {"math": "GSM8kEnv", "sql": "SQLEnv"}.get(kind, "SearchEnv"), lambda: None, {}
 
 
 def one_pass(episodes: list[Episode]) -> tuple[float, float, list[float]]:
@@ -127,6 +144,26 @@ def one_pass(episodes: list[Episode]) -> tuple[float, float, list[float]]:
     return step_total / len(episodes) * 1e6, episode_total / len(episodes) * 1e6, rewards
 
 
+def construct_pass(n: int = 200) -> float:
+    """Mean microseconds to build one env (the first case's), no episode."""
+    make = MAKERS["env"]
+    make()
+    settle()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        make()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def refresh(cases: list[dict[str, Any]], rnd: int) -> None:
+    """Give every case's ``<solution>`` query a text no earlier pass used (same rows)."""
+    for i, c in enumerate(cases):
+        c.setdefault("plain", c["action"])
+        head, _, rest = c["plain"].partition("<solution>")
+        sql, _, tail = rest.partition("</solution>")
+        c["action"] = f"{head}<solution>{fresh_sql(sql, f'peer_r{rnd}_{i}')}</solution>{tail}"
+
+
 def say(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
 
@@ -135,21 +172,29 @@ def main() -> None:
     with open(sys.argv[1]) as fh:
         job = json.load(fh)
     try:
+        url = job.get("search_url", "")
         if job["peer"] == "gem":
-            episodes, name, close, by_case = gem_episodes(job["kind"], job["cases"])
+            episodes, name, close, by_case = gem_episodes(job["kind"], job["cases"], url)
         else:
-            episodes, name, close, by_case = skyrl_episodes(job["kind"], job["cases"], job.get("db_root", ""))
+            episodes, name, close, by_case = skyrl_episodes(job["kind"], job["cases"], job.get("db_root", ""), url)
         version = importlib.metadata.version("gem-llm" if job["peer"] == "gem" else "skyrl-gym")
     except Exception as exc:  # reported as a skipped row, with the reason
         say({"error": f"{type(exc).__name__}: {exc}"})
         return
     say({"ready": True, "env": name, "version": version})
     rewards: list[float] = []
+    passes = 0
     for command in sys.stdin:  # "pass" runs one timed pass; "end" reports the last pass's rewards
         try:
             if command.strip() == "pass":
+                if job.get("fresh_sql"):
+                    refresh(job["cases"], passes)
+                passes += 1
                 step_us, episode_us, rewards = one_pass(episodes)
                 say({"step_us": step_us, "episode_us": episode_us})
+                continue
+            if command.strip() == "construct":
+                say({"construct_us": construct_pass()})
                 continue
             close()
         except Exception as exc:

@@ -69,8 +69,12 @@ def emit(
     better: str,
     spread: str = "",
     note: str = "",
+    formerly: str = "",
 ) -> dict[str, Any]:
-    """Print one ``RESULT`` line for a measured comparison row and return its record."""
+    """Print one ``RESULT`` line for a measured comparison row and return its record.
+
+    ``formerly``: the name this row had on earlier pages, so the before/after note finds it.
+    """
     record: dict[str, Any] = {
         "bench": bench,
         "row": row,
@@ -84,6 +88,8 @@ def emit(
     }
     if note:
         record["note"] = note
+    if formerly:
+        record["formerly"] = formerly
     print(PREFIX + json.dumps(record), flush=True)
     return record
 

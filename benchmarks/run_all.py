@@ -12,6 +12,10 @@ the reason, and pastes each script's raw output below.
 With ``--update``, only the ``--only`` benches' rows and raw output are replaced in the existing
 page (``benchmarks/page_merge.py``); every other bench's rows stay as they were, and the page's head
 says which benches were rerun, when, and under what load.
+
+The page closes with "Before and after": every row of this run beside the same row of the page it
+replaces (``--before``, default the ``--out`` page as it was), matched by bench, row name (or the
+name a renamed row had, its RESULT line's ``formerly``) and order among same-named rows.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from page_merge import merge_pages
+from page_merge import CLOSING, merge_pages, table_rows
 from result_line import parse
 
 HERE = Path(__file__).resolve().parent
@@ -103,6 +107,42 @@ def summary(results: list[dict[str, Any]], failures: list[tuple[str, str]]) -> l
     return [*lines, ""]
 
 
+def _pair(ratio: str, ours: str, base: str) -> str:
+    return f"{ratio} ({ours} / {base})" if ratio not in ("", "-") else "-"
+
+
+def before_after(old_page: str, results: list[dict[str, Any]]) -> list[str]:
+    """The closing section: each measured row of this run beside its row on ``old_page``."""
+    old: dict[tuple[str, str, int], dict[str, str]] = {}
+    for cells in table_rows(old_page):
+        n = sum(1 for b, r, _ in old if (b, r) == (cells["bench"], cells["row"]))
+        old[(cells["bench"], cells["row"], n)] = cells
+    lines = [
+        CLOSING,
+        "",
+        "Each row of this run beside the same row of the page it replaced (ratio, then ours / baseline in",
+        "the row's unit). A row whose conditions changed (see its 'baseline is' column) was measured",
+        "differently before: compare the conditions, not only the numbers.",
+        "",
+        "| bench | row | before | after | unit |",
+        "|---|---|---|---|---|",
+    ]
+    seen: dict[tuple[str, str], int] = {}
+    for r in results:
+        if r.get("skipped"):
+            continue
+        name = str(r.get("formerly") or r["row"])
+        n = seen.get((r["bench"], name), 0)
+        seen[(r["bench"], name)] = n + 1
+        was = old.get((r["bench"], name, n))
+        before = _pair(was["ratio"], was["ours"], was["baseline"]) if was else "new row"
+        after = _pair(
+            "-" if r.get("ratio") is None else f"{float(r['ratio']):.2f}x", _num(r.get("ours")), _num(r.get("baseline"))
+        )
+        lines.append(f"| {r['bench']} | {r['row']} | {before} | {after} | {r.get('unit', '')} |")
+    return [*lines, ""]
+
+
 def run(script: Path, timeout_s: float) -> tuple[int, float, str]:
     start = time.perf_counter()
     try:
@@ -128,7 +168,11 @@ def page_head() -> list[str]:
         f"Load average before the run: {load()}.",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
-        "Every ratio is against a baseline measured in the same run of the same script.",
+        "Every ratio is against a baseline measured in the same run of the same script. Every figure is",
+        "the median of alternated rounds (or interleaved passes) of the systems compared, so both sides see",
+        "the same machine load; each row's 'baseline is' column names its like-for-like conditions (equal",
+        "threads, the same answer form, fresh query text, the same interpreter flags, the same training",
+        "settings). The closing section gives each row's figure before and after this run.",
         "",
     ]
 
@@ -139,7 +183,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE.parent / "docs" / "benchmarks.md"))
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds allowed per script")
     ap.add_argument("--update", action="store_true", help="with --only: replace only those benches in --out")
+    ap.add_argument(
+        "--before", default="", help="the page the closing before/after note compares with (default: --out)"
+    )
     args = ap.parse_args()
+    before_path = Path(args.before or args.out)
+    old_page = before_path.read_text() if before_path.exists() else ""
     wanted = {w.strip() for w in args.only.split(",") if w.strip()}
     if args.update and not (wanted and Path(args.out).exists()):
         print("--update needs --only and an existing --out page", file=sys.stderr)
@@ -181,6 +230,7 @@ def main() -> int:
             f"(`run_all.py --only {args.only} --update`); for that rerun, l{head[at][1:]}"
         )
         page = merge_pages(Path(args.out).read_text(), page, wanted, note)
+    page = page.rstrip("\n") + "\n\n" + "\n".join(before_after(old_page, results))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(page)
     print(f"wrote {args.out} ({len(scripts)} scripts, {failed} failed)")

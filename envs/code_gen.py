@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from prm_gym.core.tasks import Task, TaskSet
+from prm_gym.core.tasks import Task, TaskSet, generated_once
 
 # Each family: rng -> (description, entry point, reference source, test inputs).
 Family = Callable[[np.random.Generator], tuple[str, str, str, list[tuple[Any, ...]]]]
@@ -109,7 +109,11 @@ def make_task(task_id: str, rng: np.random.Generator) -> Task:
     return Task(task_id, prompt, src, meta)
 
 
+@generated_once()
 def generate_code_tasks(num_tasks: int = 500, seed: int = 0, split: str = "train") -> TaskSet:
-    """``num_tasks`` generated tasks; the same ``(seed, split)`` gives the same tasks."""
+    """``num_tasks`` generated tasks; the same ``(seed, split)`` gives the same tasks.
+
+    Generated once per process for each set of arguments and shared (read-only ``meta``).
+    """
     rng = np.random.default_rng([seed, {"train": 0, "test": 1, "validation": 2}.get(split, 3)])
     return TaskSet([make_task(f"gen-{split}-{i}", rng) for i in range(num_tasks)], name=f"generated-{split}")

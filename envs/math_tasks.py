@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.tasks import Task, TaskSet, generated_once, read_jsonl, require
 
 _NAMES = ("Maya", "Tom", "Ava", "Noah", "Lena", "Omar", "Iris", "Kai", "Zoe", "Ravi")
 _ITEMS = ("pencils", "apples", "stickers", "notebooks", "marbles", "cookies", "tickets")
@@ -112,10 +112,13 @@ LEVELS: dict[int, Sequence[Gen]] = {
 }
 
 
+@generated_once()
 def generate_math_tasks(
     n: int = 1000, seed: int = 0, split: str = "train", levels: Sequence[int] = (1, 2, 3)
 ) -> TaskSet:
     """``n`` generated math problems, levels drawn uniformly from ``levels``.
+
+    Generated once per process for each set of arguments and shared (read-only ``meta``).
 
     Raises:
         TaskError: unknown split or level, or ``n < 1``.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -33,9 +34,17 @@ def cache_dir() -> Path:
 
 
 def world_index(n_people: int, seed: int) -> BM25Index:
-    """The BM25 index of a generated world, loaded from the cache or built and cached."""
+    """The BM25 index of a generated world, loaded from the cache or built and cached.
+
+    Once per process for each ``(n_people, seed)`` and cache folder: envs share the (read-only) index.
+    """
+    return _world_index(n_people, seed, str(cache_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _world_index(n_people: int, seed: int, folder: str) -> BM25Index:
     key = hashlib.sha256(f"{WORLD_VERSION}/{n_people}/{seed}".encode()).hexdigest()[:12]
-    path = cache_dir() / f"world-{n_people}-{seed}-{key}"
+    path = Path(folder) / f"world-{n_people}-{seed}-{key}"
     try:
         return BM25Index.load(path).warm()
     except (ConfigError, OSError, ValueError):

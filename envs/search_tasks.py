@@ -14,7 +14,7 @@ bridge entity, as in HotpotQA / Tree-GRPO's multi-hop QA).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.tasks import ReadOnlyDict, Task, TaskSet, generated_once, read_jsonl, require
 from prm_gym.envs.search_index.protocol import Passage
 
 _SYL = [
@@ -84,9 +84,23 @@ _INDUSTRIES = ["shipbuilding", "textiles", "glassware", "robotics", "publishing"
 _SPLITS = {"train": 0, "test": 1, "validation": 2}
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class World:
-    """Entities by kind; each entity is a dict of attributes with ``id`` and ``name``."""
+    """Entities by kind; each entity is a read-only dict of attributes with ``id`` and ``name``.
+
+    Immutable (tuples of :class:`ReadOnlyDict`), because :func:`generate_world` shares one
+    world per argument set across the process; it hashes by identity.
+    """
+
+    countries: tuple[Mapping[str, Any], ...] = ()
+    cities: tuple[Mapping[str, Any], ...] = ()
+    companies: tuple[Mapping[str, Any], ...] = ()
+    people: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass
+class _Draft:
+    """A world under construction (entities still filled in)."""
 
     countries: list[dict[str, Any]] = field(default_factory=list)
     cities: list[dict[str, Any]] = field(default_factory=list)
@@ -119,13 +133,17 @@ def _namer(rng: np.random.Generator) -> Callable[[int], str]:
     return name
 
 
+@generated_once()
 def generate_world(n_people: int = 300, seed: int = 0) -> World:
-    """A world with ``n_people`` people and proportionally many companies, cities, countries."""
+    """A world with ``n_people`` people and proportionally many companies, cities, countries.
+
+    Generated once per process for each ``(n_people, seed)`` and shared (the world is immutable).
+    """
     if n_people < 4:
         raise TaskError(f"n_people must be >= 4, got {n_people}.")
     rng = np.random.default_rng([seed, 7])
     name = _namer(rng)
-    w = World()
+    w = _Draft()
     for i in range(max(3, n_people // 40)):
         w.countries.append({"id": f"country-{i}", "name": f"{name(3)}ia", "currency": name(2).lower()})
     for i in range(max(6, n_people // 10)):
@@ -167,7 +185,7 @@ def generate_world(n_people: int = 300, seed: int = 0) -> World:
         )
     for p in w.people:
         p["employer"] = w.companies[int(rng.integers(len(w.companies)))]["name"]
-    return w
+    return World(*(tuple(ReadOnlyDict(e) for e in kind) for kind in (w.countries, w.cities, w.companies, w.people)))
 
 
 def world_passages(w: World) -> list[Passage]:
@@ -210,11 +228,13 @@ def world_passages(w: World) -> list[Passage]:
     return out
 
 
-def _by_name(w: World) -> dict[str, dict[str, Any]]:
+def _by_name(w: World) -> dict[str, Mapping[str, Any]]:
     return {e["name"]: e for kind in (w.countries, w.cities, w.companies, w.people) for e in kind}
 
 
-def _question(w: World, names: dict[str, dict[str, Any]], rng: np.random.Generator) -> tuple[str, str, list[str], str]:
+def _question(
+    w: World, names: dict[str, Mapping[str, Any]], rng: np.random.Generator
+) -> tuple[str, str, list[str], str]:
     """(question, answer, gold passage ids, kind) for one random question."""
     p = w.people[int(rng.integers(len(w.people)))]
     city, comp = names[p["born_in"]], names[p["employer"]]
@@ -247,8 +267,12 @@ def _question(w: World, names: dict[str, dict[str, Any]], rng: np.random.Generat
     )
 
 
+@generated_once()
 def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "train") -> TaskSet:
-    """``n`` single- and multi-hop questions about ``w``; ``meta`` holds gold ids and hops."""
+    """``n`` single- and multi-hop questions about ``w``; ``meta`` holds gold ids and hops.
+
+    Generated once per process for each world (by identity) and arguments, and shared.
+    """
     if split not in _SPLITS:
         raise TaskError(f"split must be one of {sorted(_SPLITS)}, got {split!r}.")
     if n < 1:

@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.tasks import Task, TaskSet, generated_once, read_jsonl, require
 from prm_gym.envs.sql_schemas import SCHEMAS
 from prm_gym.sandbox.sql_db import DatabaseError, SQLiteDatabase, check_sqlite_file
 
@@ -78,6 +79,9 @@ def generate_sql_tasks(
 ) -> TaskSet:
     """``n`` generated questions with gold SQL whose result is never empty.
 
+    Generated once per process for each set of arguments (the cache folder resolved) and
+    shared, with read-only ``meta``, while its database files exist.
+
     Raises:
         TaskError: an unknown split, level or schema, or ``n < 1``.
     """
@@ -88,6 +92,31 @@ def generate_sql_tasks(
     bad = [s for s in schemas if s not in SCHEMAS] + [str(lv) for lv in levels if lv not in (1, 2, 3, 4)]
     if bad or not schemas or not levels:
         raise TaskError(f"unknown schemas/levels {bad}; schemas: {sorted(SCHEMAS)}, levels: 1-4.")
+    folder = str(cache_dir) if cache_dir is not None else str(default_cache_dir())
+    return _generate(n, seed, split, tuple(levels), tuple(schemas), dbs_per_schema, folder)
+
+
+_DB_FILES: weakref.WeakKeyDictionary[TaskSet, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _databases_exist(tasks: TaskSet) -> bool:
+    """Whether every database file of a generated set is still there (its paths gathered once)."""
+    paths = _DB_FILES.get(tasks)
+    if paths is None:
+        paths = _DB_FILES[tasks] = tuple({str(t.meta["db_path"]) for t in tasks})
+    return all(os.path.isfile(p) for p in paths)
+
+
+@generated_once(still_valid=_databases_exist)
+def _generate(
+    n: int,
+    seed: int,
+    split: str,
+    levels: tuple[int, ...],
+    schemas: tuple[str, ...],
+    dbs_per_schema: int,
+    cache_dir: str,
+) -> TaskSet:
     dbs = [(s, k, build_database(s, seed * 1000 + k, cache_dir)) for s in schemas for k in range(dbs_per_schema)]
     opened = {path: SQLiteDatabase(path) for _, _, path in dbs}
     rng = np.random.default_rng([seed, _SPLITS[split], GENERATOR_VERSION])

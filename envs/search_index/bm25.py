@@ -23,7 +23,10 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +107,12 @@ class BM25Index:
         self.params = params
         self._max_impact: np.ndarray | None = None
         self._dense: dict[int, np.ndarray] | None = None
+        #: Threads :meth:`search_batch` spreads a batch over (numpy releases the GIL in the scoring).
+        self.threads = 1
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+        self._pool_lock = threading.Lock()
+        self._local = threading.local()  # per thread: a "seen" mask over the documents
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -190,29 +199,49 @@ class BM25Index:
         """Doc indices and scores of the top ``k`` for an already-checked query.
 
         Exact top-k with a MaxScore-style shortcut: the documents of the query's rarest terms
-        are scored first; once the other terms' summed upper bounds cannot lift any other
-        document past the k-th score found, those candidates are the answer. Otherwise every
-        posting is scored.
+        are gathered first, each scored once with every query term; once the other terms'
+        summed upper bounds cannot lift any other document past the k-th score found, those
+        candidates hold the answer. Otherwise every posting is scored.
         """
         tids = [t for t in (self.vocab.get(tok) for tok in self.analyzer(query)) if t is not None]
         if not tids:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        by_df = sorted(set(tids), key=lambda t: int(self.indptr[t + 1] - self.indptr[t]))
+        weight = Counter(tids)  # a repeated query word counts as often as it is repeated (Lucene)
+        by_df = sorted(weight, key=lambda t: int(self.indptr[t + 1] - self.indptr[t]))
+        ub = self.max_impact
         limit = max(256, len(self.passages) // 32)
-        cand = np.zeros(0, np.int32)
-        for j, t in enumerate(by_df[:-1]):  # essential terms: the rarest ones
-            if len(cand) + self.indptr[t + 1] - self.indptr[t] > limit:
-                break
-            cand = np.union1d(cand, self._docs(t))
-            if len(cand) < k:
-                continue
-            scores = self._score_docs(tids, cand)
-            top = _top_k(scores, k)
-            rest = set(by_df[j + 1 :])
-            bound = float(sum(self.max_impact[t] for t in tids if t in rest))
-            if len(top) == k and bound < scores[top[-1]]:
-                return cand[top], scores[top]
+        seen = self._seen_mask()
+        cands: list[np.ndarray] = []
+        parts: list[np.ndarray] = []
+        total = 0
+        try:
+            for j, t in enumerate(by_df):  # essential terms: the rarest ones
+                docs = self._docs(t)
+                if total + len(docs) > limit:
+                    break
+                new = docs[~seen[docs]]
+                seen[new] = True
+                cands.append(new)
+                parts.append(self._score_docs(tids, new))
+                total += len(new)
+                if total < k:
+                    continue
+                scores = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                bound = float(sum(weight[u] * ub[u] for u in by_df[j + 1 :]))  # what the rest could add
+                if bound < float(np.partition(scores, total - k)[total - k]):
+                    cand = np.concatenate(cands) if len(cands) > 1 else cands[0]
+                    top = np.lexsort((cand, -scores))[:k]  # ties by lower index, as Lucene
+                    return cand[top].astype(np.int64), scores[top]
+        finally:
+            for c in cands:
+                seen[c] = False
         return self._rank_all(tids, k)
+
+    def _seen_mask(self) -> np.ndarray:
+        mask: np.ndarray | None = getattr(self._local, "seen", None)
+        if mask is None or len(mask) != len(self.passages):
+            mask = self._local.seen = np.zeros(len(self.passages), dtype=bool)
+        return mask
 
     @property
     def max_impact(self) -> np.ndarray:
@@ -240,9 +269,14 @@ class BM25Index:
         return self.doc_ids[self.indptr[t] : self.indptr[t + 1]]
 
     def _score_docs(self, tids: Sequence[int], cand: np.ndarray) -> np.ndarray:
-        """Exact scores of the sorted doc indices ``cand``."""
+        """Exact scores of the doc indices ``cand`` (any order), the terms added in ``tids`` order."""
         scores = np.zeros(len(cand), dtype=np.float32)
+        dense = self.dense_rows
         for t in tids:
+            row = dense.get(t)
+            if row is not None:
+                scores += row[cand]
+                continue
             s, e = self.indptr[t], self.indptr[t + 1]
             docs = self.doc_ids[s:e]
             pos = np.minimum(np.searchsorted(docs, cand), len(docs) - 1)
@@ -269,7 +303,9 @@ class BM25Index:
         return self
 
     def search(self, query: str, k: int = 3) -> list[Passage]:
-        q = check_query(query, k)
+        return self._passages(check_query(query, k), k)
+
+    def _passages(self, q: str, k: int) -> list[Passage]:
         idx, sc = self.rank(q, k)
         out = []
         for i, s in zip(idx.tolist(), sc.tolist(), strict=True):
@@ -278,10 +314,30 @@ class BM25Index:
         return out
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
-        return [self.search(q, k) for q in queries]
+        """:meth:`search` for every query, spread over :attr:`threads` threads when above 1."""
+        qs = [check_query(q, k) for q in queries]  # every query is checked before any is searched
+        if self.threads <= 1 or len(qs) < 2:
+            return [self._passages(q, k) for q in qs]
+        chunk = -(-len(qs) // (self.threads * 4))
+        pieces = [qs[i : i + chunk] for i in range(0, len(qs), chunk)]
+        done = self._executor().map(lambda part: [self._passages(q, k) for q in part], pieces)
+        return [hits for part in done for hits in part]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None or self._pool_size != self.threads:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False)
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="bm25")
+                self._pool_size = self.threads
+            return self._pool
 
     def close(self) -> None:
-        """Nothing to release (the index is plain memory)."""
+        """Stop the batch threads, if any (a later batch starts them again; the index stays usable)."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -163,21 +163,95 @@ def _find_tagged(text: str, tag: str) -> tuple[list[str], bool]:
     return bodies, balanced
 
 
+#: Tags that send an action to the general parse: tool calls and the markup that is a tag.
+_GENERAL_TAGS = ("<tool_call>", "</tool_call>", *(m for m in ENV_MARKUP if m.startswith("<")))
+_UNTAGGED_MARKUP_TEXT = tuple(m for m in ENV_MARKUP if not m.startswith("<"))
+_UNTAGGED_MARKUP = tuple(m.encode() for m in _UNTAGGED_MARKUP_TEXT)
+#: The first bytes of the untagged markup (``[`` of ``[ENV]``), each counted when present.
+_MARK_FIRST = tuple(bytes([b]) for b in sorted({m[0] for m in _UNTAGGED_MARKUP}))
+#: Bytes whose presence sends an action to a closer look: the control characters the general
+#: parse removes and flags, and the first bytes of the untagged markup.
+_CTRL_OR_MARK = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F, *b"".join(_MARK_FIRST)])
+_SIMPLE_TAG = re.compile(r"[\w.-]+")
+
+
 @lru_cache(maxsize=64)
-def _plain_answer_pattern(tag: str) -> re.Pattern[str] | None:
-    """``<tag>body</tag>`` alone (spaces, tabs and newlines around it allowed) whose body holds no
-    ``<``, control character or surrogate: the usual final turn, which the general parse would
-    accept as exactly that answer with no issue. None for a tag that is itself markup or a tag
-    the parser gives another meaning (``think``, ``tool_call``)."""
+def _fast_tags(tag: str) -> tuple[str, str] | None:
+    """``(<tag>, </tag>)`` when :func:`_fast_answer` may handle ``tag``; None for a tag that is
+    markup itself, one the parser gives another meaning (``think``, ``tool_call``) or one with
+    unusual characters (whose occurrences could overlap other tags)."""
     open_t, close_t = f"<{tag}>", f"</{tag}>"
-    if tag in ("think", "tool_call") or any(m in open_t + close_t for m in ENV_MARKUP):
+    if tag in ("think", "tool_call") or not _SIMPLE_TAG.fullmatch(tag):
         return None
-    body = r"([^<\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]*)"
-    return re.compile(rf"[ \t\n\r]*{re.escape(open_t)}{body}{re.escape(close_t)}[ \t\n\r]*")
+    if any(m in open_t + close_t for m in ENV_MARKUP):
+        return None
+    return open_t, close_t
 
 
-#: The environment markup that is not a tag (so it could sit inside a plain answer's body).
-_UNTAGGED_MARKUP_RE = re.compile("|".join(re.escape(m) for m in ENV_MARKUP if "<" not in m) or "(?!)")
+#: Up to this length, a turn is first tried against one regular expression (cheapest for short
+#: turns); longer ones go straight to :func:`_fast_answer`'s C-level scans.
+_SHORT = 256
+#: A character the general parse passes over untouched: no tag start, no ``[``, no control
+#: character, no surrogate.
+_PLAIN = r"[^<\[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]"
+
+
+@lru_cache(maxsize=64)
+def _short_answer_pattern(tag: str) -> re.Pattern[str] | None:
+    """Plain reasoning, then ``<tag>plain body</tag>`` and trailing whitespace: a turn the general
+    parse accepts as exactly that answer with no issue (None for a tag :func:`_fast_tags` refuses)."""
+    tags = _fast_tags(tag)
+    if tags is None:
+        return None
+    open_t, close_t = (re.escape(t) for t in tags)
+    return re.compile(rf"{_PLAIN}*{open_t}({_PLAIN}*){close_t}[ \t\n\r]*")
+
+
+def _fast_answer(text: str, answer_tag: str) -> str | None:
+    """The answer of a turn that is reasoning (``<think>`` blocks allowed) then exactly one
+    ``<tag>...</tag>``, with no tool call, markup or control character: what the general parse
+    returns for it, found in one pass that deletes nothing (control bytes and ``[``, the first byte
+    of ``[ENV]``) and hops between ``<`` characters. None when the general parse must decide (it
+    then flags, or accepts, exactly as before)."""
+    tags = _fast_tags(answer_tag)
+    if tags is None:
+        return None
+    try:
+        raw = text.encode("utf-8")  # lone surrogates raise; UTF-8 never hides a byte < 0x80
+    except UnicodeEncodeError:
+        return None
+    dropped = len(raw) - len(raw.translate(None, _CTRL_OR_MARK))
+    if dropped and (dropped != sum(map(raw.count, _MARK_FIRST)) or any(m in raw for m in _UNTAGGED_MARKUP)):
+        return None  # a control character, or markup
+    open_t, close_t = tags
+    opened = text.find("<")  # the usual turn: no "<" before the answer tag, none after its end
+    if text.startswith(open_t, opened):
+        closed = text.find("<", opened + len(open_t))
+        if text.startswith(close_t, closed) and text.find("<", closed + 1) < 0:
+            return text[opened + len(open_t) : closed].strip()
+    visible, opened, closed = text, -1, -1
+    i = visible.find("<")
+    while i >= 0:
+        if visible.startswith(open_t, i):
+            if opened >= 0:
+                return None
+            opened = i
+        elif visible.startswith(close_t, i):
+            if closed >= 0 or opened < 0:
+                return None
+            closed = i
+        elif visible.startswith(_GENERAL_TAGS, i):
+            return None
+        elif visible is text and visible.startswith("<think>", i):  # drop think blocks, rescan once
+            visible, opened, closed = _THINK_RE.sub("", text), -1, -1
+            if any(m in visible for m in _UNTAGGED_MARKUP_TEXT):  # markup joined around a removed block
+                return None
+            i = visible.find("<")
+            continue
+        i = visible.find("<", i + 1)
+    if closed < 0:
+        return None
+    return visible[opened + len(open_t) : closed].strip()
 
 
 def parse_action(
@@ -195,11 +269,14 @@ def parse_action(
         max_chars: actions longer than this are flagged ``action_too_long`` and not parsed.
         max_tool_calls: more calls than this in one turn are flagged ``too_many_tool_calls``.
     """
-    if isinstance(action, str) and len(action) <= max_chars:  # fast path: a plain final answer
-        plain = _plain_answer_pattern(answer_tag)
-        found = plain.fullmatch(action) if plain is not None else None
-        if found is not None and _UNTAGGED_MARKUP_RE.search(body := found.group(1)) is None:
-            return ParsedAction(action, (), body.strip())
+    if isinstance(action, str) and len(action) <= max_chars:  # fast paths: reasoning, then one answer
+        short = _short_answer_pattern(answer_tag) if len(action) <= _SHORT else None
+        found = short.fullmatch(action) if short is not None else None
+        if found is not None:
+            return ParsedAction(action, (), found.group(1).strip())
+        answer = _fast_answer(action, answer_tag)
+        if answer is not None:
+            return ParsedAction(action, (), answer)
     return parse_general(action, answer_tag=answer_tag, max_chars=max_chars, max_tool_calls=max_tool_calls)
 
 

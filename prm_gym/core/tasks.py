@@ -8,15 +8,41 @@ their own ``np_random`` or pin a task with ``reset(options={"task_id": ...})``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import numpy as np
 
 from prm_gym.core.errors import TaskError
+
+
+class ReadOnlyDict(dict[str, Any]):
+    """A ``dict`` that refuses changes: the ``meta`` of a task shared between envs.
+
+    Still a ``dict`` (``json.dumps``, ``==``, ``dict(meta)`` work as before) and it pickles and
+    deep-copies; ``meta[k] = v``, ``del``, ``update`` and the other writers raise ``TypeError``.
+    """
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("task meta is read-only (the task set is shared); build a new Task with dict(task.meta).")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ReadOnlyDict, (dict(self),))
+
+    def __copy__(self) -> ReadOnlyDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlyDict:
+        return self
 
 
 @dataclass(frozen=True)
@@ -170,3 +196,70 @@ def as_task_set(
         else:
             raise TaskError(f"tasks[{k}] must be a Task or a dict, got {type(t).__name__}.")
     return TaskSet(out, name="tasks list")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _key_part(value: Any) -> Any:
+    """A hashable stand-in for one generator argument (sequences as tuples, paths as strings)."""
+    if isinstance(value, list | tuple):
+        return tuple(_key_part(v) for v in value)
+    if isinstance(value, Path):
+        return str(value)
+    return value  # anything else must hash (an object without value equality hashes by identity)
+
+
+def frozen(task_set: TaskSet) -> TaskSet:
+    """``task_set`` with every task's ``meta`` a :class:`ReadOnlyDict` (the same set if already so)."""
+    if all(isinstance(t.meta, ReadOnlyDict) for t in task_set):
+        return task_set
+    tasks = [t if isinstance(t.meta, ReadOnlyDict) else replace(t, meta=ReadOnlyDict(t.meta)) for t in task_set]
+    return TaskSet(tasks, name=task_set.name)
+
+
+def generated_once(
+    maxsize: int = 16, still_valid: Callable[[Any], bool] | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Memoise a seeded generator per process, keyed by its arguments (defaults filled in).
+
+    A generator is a pure function of its arguments, so every env built with the same ones
+    shares one result instead of paying the generation again (``gym.make`` then costs
+    microseconds, not milliseconds). Results must not be mutated: task sets come back with
+    read-only ``meta`` (:func:`frozen`). The last ``maxsize`` argument sets are kept; the
+    key holds its arguments, so an argument that hashes by identity stays alive with its entry.
+
+    Args:
+        maxsize: how many distinct argument sets to keep, least recently used dropped first.
+        still_valid: checked on a cached result before it is reused (e.g. its files still exist);
+            False regenerates it.
+    """
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        sig = inspect.signature(fn)
+        cache: OrderedDict[Any, R] = OrderedDict()
+        lock = threading.Lock()
+
+        @functools.wraps(fn)
+        def generate(*args: P.args, **kwargs: P.kwargs) -> R:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            key = tuple((k, _key_part(v)) for k, v in bound.arguments.items())
+            with lock:
+                hit = cache.get(key)
+                if hit is not None and (still_valid is None or still_valid(hit)):
+                    cache.move_to_end(key)
+                    return hit
+                out = fn(*args, **kwargs)
+                if isinstance(out, TaskSet):
+                    out = frozen(out)  # type: ignore[assignment]
+                cache[key] = out
+                if len(cache) > maxsize:
+                    cache.popitem(last=False)
+                return out
+
+        generate.cache_clear = cache.clear  # type: ignore[attr-defined]
+        return generate
+
+    return wrap

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import sqlite3
 import subprocess
 import sys
 import weakref
@@ -15,7 +16,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 SKYRL_PYTHON = BENCH.parent / ".venv-peers" / "skyrl" / "bin" / "python"  # made by `make bench-peers`
-ENVS_CMD = [sys.executable, str(BENCH / "bench_envs.py"), "--reps", "1"]
+ENVS_CMD = [sys.executable, str(BENCH / "bench_envs.py"), "--reps", "1", "--kinds", "math,search,sql"]
 
 
 def _load(name: str) -> ModuleType:
@@ -100,7 +101,7 @@ def test_bench_envs_reports_missing_peers_as_skipped_rows(tmp_path: Path) -> Non
     records = _results(proc.stdout)
     assert len(records) == 6  # 3 envs x 2 peers, none measurable
     assert all(r["ratio"] is None and "run `make bench-peers`" in str(r["skipped"]) for r in records)
-    assert "prm/SQL-v0: 6 episodes per pass" in proc.stdout
+    assert "prm/SQL-v0 (sql): episodes per pass (all: 6)" in proc.stdout
 
 
 def test_bench_envs_reports_a_broken_peer_interpreter_as_skipped_rows(tmp_path: Path) -> None:
@@ -150,8 +151,10 @@ def test_bench_envs_against_skyrl_agrees_on_every_case(tmp_path: Path) -> None:
     records = [r for r in _results(proc.stdout) if "skyrl" in str(r["baseline_name"])]
     agreement = [r for r in records if "agreement" in str(r["row"])]
     assert len(agreement) == 3 and all(r["ours"] == r["baseline"] == 8 for r in agreement)
-    timings = [r for r in records if r["unit"] == "us"]
-    assert len(timings) == 9 and all(float(str(r["ours"])) > 0 and float(str(r["baseline"])) > 0 for r in timings)
+    timings = [r for r in records if r["unit"] == "us"]  # 3 steps per env, and each env's construction
+    assert len(timings) == 12 and all(float(str(r["ours"])) > 0 and float(str(r["baseline"])) > 0 for r in timings)
+    math = [r for r in records if "GSM8kEnv," in str(r["baseline_name"])]
+    assert all("same 70 characters of reasoning" in str(r["baseline_name"]) for r in math)
 
 
 def _fake_worker(tmp_path: Path, body: str) -> Path:
@@ -210,3 +213,47 @@ def test_run_all_update_refuses_without_only_or_an_existing_page(tmp_path: Path)
     for extra in ([], ["--only", "envs"]):
         proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, check=False)
         assert proc.returncode == 2 and "--update needs --only" in proc.stderr
+
+
+def test_fresh_sql_changes_the_text_but_not_the_rows(tmp_path: Path) -> None:
+    fresh = _load("fresh_text").fresh_sql
+    conn = sqlite3.connect(tmp_path / "db.sqlite")
+    conn.execute("CREATE TABLE t (a INTEGER)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(3,), (1,), (2,)])
+    for sql in ["SELECT a FROM t ORDER BY a DESC", "WITH x AS (SELECT a FROM t) SELECT * FROM x WHERE a > 1"]:
+        texts = {fresh(sql, "r0_1"), fresh(sql, "r1_1"), fresh(sql, "r1_2")}
+        assert len(texts) == 3 and sql not in texts
+        assert all(conn.execute(t).fetchall() == conn.execute(sql).fetchall() for t in texts)
+    with pytest.raises(sqlite3.OperationalError):
+        conn.execute(fresh("SELEC a FROM t", "r0"))  # a broken query stays broken
+
+
+def test_before_after_note_pairs_each_row_with_its_old_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # run_all imports its siblings, as when run as a script
+    run_all = _load("run_all")
+    old_rows = [
+        {"bench": "envs", "row": "step", "ours": 4.0, "baseline": 2.0, "baseline_name": "GEM", "unit": "us",
+         "better": "lower", "ratio": 0.5, "spread": ""},
+        {"bench": "envs", "row": "step", "ours": 4.0, "baseline": 1.0, "baseline_name": "skyrl", "unit": "us",
+         "better": "lower", "ratio": 0.25, "spread": ""},
+        {"bench": "search", "row": "qps (vs Lucene)", "ours": 10.0, "baseline": 5.0, "baseline_name": "pyserini 2",
+         "unit": "q/s", "better": "higher", "ratio": 2.0, "spread": ""},
+    ]  # fmt: skip
+    old_page = "\n".join(run_all.page_head() + run_all.summary(old_rows, []))
+    new_rows = [
+        {**old_rows[0], "ours": 1.0, "ratio": 2.0},
+        {**old_rows[1], "ours": 2.0, "ratio": 0.5},
+        {**old_rows[2], "row": "qps (vs Lucene), 2 threads", "formerly": "qps (vs Lucene)", "ratio": 3.0},
+        {**old_rows[2], "row": "brand new", "ratio": 1.5},
+    ]
+    lines = run_all.before_after(old_page, new_rows)
+    table = [ln for ln in lines if ln.startswith("| envs") or ln.startswith("| search")]
+    assert table == [
+        "| envs | step | 0.50x (4 / 2) | 2.00x (1 / 2) | us |",
+        "| envs | step | 0.25x (4 / 1) | 0.50x (2 / 1) | us |",
+        "| search | qps (vs Lucene), 2 threads | 2.00x (10 / 5) | 3.00x (10 / 5) | q/s |",
+        "| search | brand new | new row | 1.50x (10 / 5) | q/s |",
+    ]
+    merge = _load("page_merge")
+    closed = old_page + "\n" + "\n".join(lines)
+    assert merge.split_page(closed).rows == merge.split_page(old_page).rows  # the note is not a summary row

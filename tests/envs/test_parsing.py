@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
-from prm_gym.core.parsing import MAX_ACTION_CHARS, format_tool_call, parse_action, parse_general
+from prm_gym.core.parsing import MAX_ACTION_CHARS, _fast_answer, format_tool_call, parse_action, parse_general
 
 
 def codes(text: object) -> list[str]:
@@ -113,16 +113,55 @@ def test_huge_and_hostile_actions_through_step() -> None:
 
 _PIECES = st.sampled_from(
     ["<answer>", "</answer>", "<result>", "</result>", "<think>", "</think>", "<tool_call>", "</tool_call>",
-     "<reward>", "[ENV]", "[ENV", "]", " ", "\n", "\t", "\x0b", "\x1f", "\xa0", "\ud800", "42", "Oslo", "é", "<", ">"]
+     "<reward>", "[ENV]", "[ENV", "[", "]", " ", "\n", "\t", "\x0b", "\x1f", "\x7f", "\xa0", "\ud800", "42", "Oslo",
+     "é", "<", ">", "3 < 5", "<tool_response>", "<|im_end|>", "<answer >", "<thi", "nk>", "<ans", "wer>"]
 )  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_PIECES, max_size=8).map("".join), st.sampled_from(["answer", "result", "reward", "think"]))
 def test_the_plain_answer_fast_path_gives_what_the_general_parse_gives(text: str, tag: str) -> None:
-    for action in (text, f"<{tag}>{text}</{tag}>", f" <{tag}>{text}</{tag}>\n"):
+    shapes = (
+        text,
+        f"<{tag}>{text}</{tag}>",
+        f" <{tag}>{text}</{tag}>\n",
+        f"{text}<{tag}>42</{tag}>",
+        f"{text}<{tag}>{text}",
+    )
+    for action in (
+        *shapes,
+        f"<think>{text}</think>\n{text}<{tag}>7</{tag}>",
+        f"Sum: 8 * 9 = 72. {text}<{tag}> 72 </{tag}>",
+    ):
         general = parse_general(action, answer_tag=tag, max_chars=MAX_ACTION_CHARS, max_tool_calls=8)
         assert parse_action(action, answer_tag=tag) == general
     assert parse_action("<answer>12</answer>", max_chars=5) == parse_general(
         "<answer>12</answer>", answer_tag="answer", max_chars=5, max_tool_calls=8
     )
+
+
+def test_reasoning_before_the_answer_takes_the_one_pass_fast_path() -> None:
+    """Reasoning (even with ``<`` and think blocks) before one answer no longer needs the general
+    parse's dozen scans; what the fast path declines, the general parse decides as before."""
+    reasoning = "First, 8 boxes hold 9 each, so 8 * 9 = 72 in all; 3 < 5 and [a] is fine. "
+    for action in (
+        f"{reasoning}<answer>72</answer>",
+        f"<think>{reasoning}<answer>1</answer></think>{reasoning}\n<answer> 72 </answer>\n",
+        f"{reasoning * 400}<answer>72</answer>",
+    ):
+        assert _fast_answer(action, "answer") == "72"
+        assert parse_action(action) == parse_general(
+            action, answer_tag="answer", max_chars=MAX_ACTION_CHARS, max_tool_calls=8
+        )
+    for declined in (
+        f"{reasoning}<answer>72</answer><answer>1</answer>",
+        f"{reasoning}[ENV]<answer>72</answer>",
+        f"{reasoning}\x01<answer>72</answer>",
+        f"{reasoning}<tool_call>{{}}</tool_call><answer>72</answer>",
+        f"{reasoning}<|im_end|><answer>72</answer>",
+        f"{reasoning}</answer><answer>72",
+        f"{reasoning}[<think>a</think>ENV]<answer>72</answer>",  # markup joined around a think block
+        reasoning,
+    ):
+        assert _fast_answer(declined, "answer") is None
+        assert not parse_action(declined).ok

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -136,3 +137,39 @@ def test_bad_queries_are_the_agents_error() -> None:
         index.search("river", 0)
     assert index.search("qqqq zzzz", 3) == []
     assert index.search("!!! ???", 3) == []
+
+
+def _zipf_index(n: int = 6000, seed: int = 0) -> tuple[BM25Index, list[str]]:
+    """A corpus whose vocabulary is Zipfian and varied (rare to very common words), and queries
+    that draw words as often as they occur: posting lengths span 1 to most of the corpus."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}x{'q' * (i % 3)}" for i in range(20_000)]
+    weights = np.arange(1, len(vocab) + 1, dtype=float) ** -1.07
+    draws = rng.choice(len(vocab), size=n * 40, p=weights / weights.sum())
+    passages = [Passage(f"d{i:05d}", "", " ".join(vocab[j] for j in draws[i * 40 : (i + 1) * 40])) for i in range(n)]
+    queries = []
+    for p in rng.integers(0, n, 150).tolist():
+        words = passages[p].text.split()
+        queries.append(" ".join(words[j] for j in rng.integers(0, len(words), int(rng.integers(1, 8)))))
+    return BM25Index.build(passages), queries
+
+
+def test_candidate_scoring_equals_exhaustive_scoring_on_a_zipfian_corpus() -> None:
+    index, queries = _zipf_index()
+    for q in [*queries, "w0 w0 w1", "w19999x"]:  # a repeated word counts twice, as in Lucene
+        tids = [t for t in (index.vocab.get(x) for x in index.analyzer(q)) if t is not None]
+        fast, full = index.rank(q, 10), index._rank_all(tids, 10)
+        assert fast[0].tolist() == full[0].tolist() and fast[1].tolist() == full[1].tolist(), q
+
+
+def test_batch_search_spreads_over_threads_with_the_same_results() -> None:
+    index, queries = _zipf_index(2000, seed=1)
+    alone = index.search_batch(queries, 10)
+    index.threads = 2
+    assert index.search_batch(queries, 10) == alone
+    assert any(t.name.startswith("bm25") for t in threading.enumerate())  # the batch ran on the pool
+    with pytest.raises(ToolError):
+        index.search_batch([*queries[:3], ""], 10)  # every query is checked before any work
+    index.close()
+    assert index.search_batch(queries[:5], 10) == alone[:5]  # closed: a later batch starts it again
+    index.close()
