@@ -24,6 +24,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,16 @@ def _demo_actions(question: str, rng: np.random.Generator, use_tool: bool) -> li
     return [f"<tool_call>{call}</tool_call>", "<answer>{result}</answer>"]
 
 
+def env_kwargs(levels: Sequence[int] = (1,)) -> dict[str, Any]:
+    """prm/Math-v0's arguments for the run: the task levels, 3 turns, 2000 training tasks."""
+    return {**ENV_KWARGS, "levels": list(levels)}
+
+
 def demonstrations(
-    chat: ChatTemplate, n: int, seed: int, tool_fraction: float = 0.5
+    chat: ChatTemplate, n: int, seed: int, tool_fraction: float = 0.5, levels: Sequence[int] = (1,)
 ) -> list[tuple[list[int], list[int]]]:
     """``n`` ``(token_ids, loss_mask)`` demonstrations played through prm/Math-v0 (train split)."""
-    env = gym.make("prm/Math-v0", **ENV_KWARGS)
+    env = gym.make("prm/Math-v0", **env_kwargs(levels))
     ids = list(getattr(env.unwrapped, "tasks").ids)  # noqa: B009  (ToolEnv attribute)
     rng = np.random.default_rng(seed)
     eos = chat.eos_token_id
@@ -124,7 +130,7 @@ def base_model(args: argparse.Namespace) -> tuple[Any, Any]:
 def warm_start(out: Path, args: argparse.Namespace, model: Any, tok: Any) -> Path:
     """Train and save the SFT warm-start model (a transformers directory) under ``out/sft``."""
     chat = ChatTemplate(tok, tools_block="compact")
-    demos = demonstrations(chat, args.demos, args.seed, tool_fraction=args.tool_fraction)
+    demos = demonstrations(chat, args.demos, args.seed, tool_fraction=args.tool_fraction, levels=args.levels)
     loss = sft(model, demos, args.sft_steps, args.sft_lr, args.sft_batch, args.seed)
     print(f"SFT warm start: {args.demos} demonstrations, {args.sft_steps} steps, final loss {loss:.3f}", flush=True)
     path = out / "sft"
@@ -137,7 +143,7 @@ def learn_config(policy_dir: Path, out: Path, args: argparse.Namespace) -> Train
     """The GRPO run of the proof: level-1 Math-v0, outcome reward, compact tools prompt."""
     return TrainConfig(
         env="prm/Math-v0",
-        env_kwargs=json.dumps(ENV_KWARGS),
+        env_kwargs=json.dumps(env_kwargs(args.levels)),
         policy=f"hf:{policy_dir}",
         tools_prompt="compact",
         group_size=args.group_size,
@@ -166,6 +172,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="runs/learn")
     p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:<dir>, or hf:tiny (random)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--levels", type=int, nargs="+", default=[1], help="prm/Math-v0 task levels (1-4)")
     p.add_argument("--hidden", type=int, default=64, help="hf:tiny only")
     p.add_argument("--layers", type=int, default=3, help="hf:tiny only")
     p.add_argument("--demos", type=int, default=400)
@@ -211,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t3 = time.perf_counter()
     evals = [e for e in read_metrics(out / "grpo") if "eval/success" in e]
     phases = {"base": base, "sft": _strip(evals[0]), "grpo": _strip(evals[-1])}
-    summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": ENV_KWARGS}
+    summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": env_kwargs(args.levels)}
     for name, values in phases.items():
         p, se, n = success_with_se(values)
         summary[name] = {"success": p, "se": se, "n": n, "reward": values.get("reward")}
