@@ -30,7 +30,6 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -38,7 +37,7 @@ import httpx
 
 from prm_gym.core.errors import ConfigError, InfraError, PRMError
 from prm_gym.core.spaces import UnicodeText
-from prm_gym.core.tasks import Task
+from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.envs.serve.wire import dumps, from_wire
 from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
 
@@ -55,32 +54,11 @@ class RemoteEnvUnavailable(InfraError):
     """The env server failed, did not answer within the deadline, or could not be reached."""
 
 
-class RemoteTasks:
-    """The ids (and public metadata: ``level``, ``env``) of a remote session's tasks.
-
-    ``get(id)`` returns a :class:`Task` with an empty prompt and no answer: the server keeps
-    prompts and gold data to itself.
-    """
-
-    def __init__(self, records: list[dict[str, Any]]):
-        self._tasks = [Task(str(r["id"]), "", None, dict(r.get("meta") or {})) for r in records]
-        self._by_id = {t.id: t for t in self._tasks}
-
-    @property
-    def ids(self) -> list[str]:
-        return [t.id for t in self._tasks]
-
-    def get(self, task_id: str) -> Task:
-        try:
-            return self._by_id[str(task_id)]
-        except KeyError:
-            raise RemoteEnvError(404, f"no task with id {task_id!r} ({len(self)} tasks)") from None
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __iter__(self) -> Iterator[Task]:
-        return iter(self._tasks)
+def remote_tasks(records: list[dict[str, Any]], name: str) -> TaskSet:
+    """The ids and public metadata (``level``, ``env``) of a remote session's tasks, as a
+    :class:`TaskSet` whose tasks have an empty prompt and no answer: the server keeps prompts and
+    gold data to itself."""
+    return TaskSet([Task(str(r["id"]), "", None, dict(r.get("meta") or {})) for r in records], name=name)
 
 
 class RemoteEnv(gym.Env[str, str]):
@@ -116,7 +94,7 @@ class RemoteEnv(gym.Env[str, str]):
         self._done = True
         self._turn = 0
         self._task_id = ""
-        self._tasks: RemoteTasks | None = None
+        self._tasks: TaskSet | None = None
         try:
             desc = _session or self._request("POST", "/sessions", {"env": env_id, "env_kwargs": self.env_kwargs})
         except BaseException:
@@ -246,12 +224,13 @@ class RemoteEnv(gym.Env[str, str]):
         threading.Thread(target=_delete_quietly, args=(url, timeout), name="prm-remote-drop", daemon=True).start()
 
     @property
-    def tasks(self) -> RemoteTasks:
+    def tasks(self) -> TaskSet:
         """The session's task ids and public metadata (fetched once)."""
         if self._tasks is None:
             if self._sid is None:
                 self._adopt(self._request("POST", "/sessions", {"env": self.env_id, "env_kwargs": self.env_kwargs}))
-            self._tasks = RemoteTasks(list(self._request("GET", self._session_path("tasks"))["tasks"]))
+            records = list(self._request("GET", self._session_path("tasks"))["tasks"])
+            self._tasks = remote_tasks(records, f"tasks of {self.url}")
         return self._tasks
 
     def fork(self) -> RemoteEnv:
