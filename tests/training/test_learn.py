@@ -102,6 +102,7 @@ TINY += ["--eval-tasks", "64", "--eval-every", "0", "--threads", "1"]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_learn_on_the_tiny_model_raises_held_out_success(tmp_path: Path) -> None:
     """The pipeline of `make learn`, shortened to the small random model (about 15-20 min on 2 cores)."""
     from prm_gym.training.learn import main
