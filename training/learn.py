@@ -161,9 +161,13 @@ def learn_config(policy_dir: Path, out: Path, args: argparse.Namespace) -> Train
 
 
 def held_out(args: argparse.Namespace) -> EvalConfig:
-    """Greedy, one episode on each of the first ``--eval-tasks`` level-1 test tasks."""
+    """``--eval-samples`` episodes (greedy by default: one) on each of the first ``--eval-tasks`` test tasks."""
     return EvalConfig(
-        env_kwargs='{"split": "test"}', num_tasks=args.eval_tasks, samples=1, temperature=0.0, every=args.eval_every
+        env_kwargs='{"split": "test"}',
+        num_tasks=args.eval_tasks,
+        samples=args.eval_samples,
+        temperature=args.eval_temperature,
+        every=args.eval_every,
     )
 
 
@@ -188,14 +192,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--eval-tasks", type=int, default=200)
     p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--eval-samples", type=int, default=1, help="episodes per held-out task")
+    p.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     return p.parse_args(argv)
 
 
-def success_with_se(values: dict[str, float]) -> tuple[float, float, int]:
-    """``(success, binomial standard error, n)`` from an evaluation's results (one episode per task)."""
+def success_with_se(values: dict[str, float], samples: int = 1) -> tuple[float, float, int]:
+    """``(success, binomial standard error, n)`` from an evaluation's results; with several episodes a task
+    the error treats them as independent (a lower bound when a task's episodes agree)."""
     p, n = values["success"], int(values["tasks_scored"])
-    return p, math.sqrt(max(p * (1 - p), 0.0) / max(n, 1)), n
+    episodes = n * samples
+    return p, math.sqrt(max(p * (1 - p), 0.0) / max(episodes, 1)), n
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -220,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     phases = {"base": base, "sft": _strip(evals[0]), "grpo": _strip(evals[-1])}
     summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": env_kwargs(args.levels)}
     for name, values in phases.items():
-        p, se, n = success_with_se(values)
+        p, se, n = success_with_se(values, args.eval_samples)
         summary[name] = {"success": p, "se": se, "n": n, "reward": values.get("reward")}
     summary["minutes"] = {"base_eval": (t1 - t0) / 60, "sft": (t2 - t1) / 60, "grpo": (t3 - t2) / 60}
     summary["minutes"]["total"] = (t3 - t0) / 60
