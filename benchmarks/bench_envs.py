@@ -57,8 +57,6 @@ import contextlib
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -66,6 +64,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench_search import served
 from envs_construction import construction, construction_goal
 from envs_notes import CONDITIONS, MISS_REASON, RESET_REASON
 from fresh_text import fresh_sql
@@ -389,17 +388,8 @@ def tool_world(tmp: Path) -> Iterator[dict[str, Any]]:
     """The 106k-passage world's index, embedded and served by a RetrievalServer in its own process."""
     index = BM25Index.build(world_passages(generate_world(TOOL_WORLD, 0))).warm()
     index.save(tmp / "tool-index")
-    cmd = [sys.executable, "-m", "prm_gym.envs.search_index.server", "--index", str(tmp / "tool-index"), "--port", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        found = re.search(r"on (http://\S+)/retrieve", line)
-        if not found:
-            raise RuntimeError(f"the retrieval server did not start: {line!r}")
-        yield {"index": index, "url": found.group(1)}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with served(tmp / "tool-index") as url:  # the same server process bench_search.py times
+        yield {"index": index, "url": url}
 
 
 if __name__ == "__main__":
