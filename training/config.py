@@ -254,6 +254,11 @@ class TrainConfig:
     them, writes them back and the servers reload them after every step)."""
     device: str = "auto"
     """Where the learner (and an hf: policy) runs: auto (a GPU when torch sees one), cpu, cuda, cuda:N."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """bf16: an hf: policy samples from a bfloat16 copy of the weights and the learner's forward and
+    backward run under bfloat16 autocast, while the weights and AdamW state stay fp32 (about 3x
+    faster on CPUs with AVX512-BF16 or AMX, and on GPUs; the truncated importance weights correct
+    for the sampler's rounding)."""
     sharding: Literal["ddp", "fsdp"] = "ddp"
     """Under torchrun: replicate the learner (DDP) or shard its weights, gradients and AdamW
     moments over the ranks (FSDP; see docs/scale-out.md). Ignored in one process."""
@@ -351,6 +356,11 @@ class TrainConfig:
             self.recipes.roc_oversample,
             "Resample-on-Correct down-samples a flat oversampled group; use it with --algo grpo",
         )
+
+    @property
+    def sample_dtype(self) -> str | None:
+        """The torch dtype an hf: sampler's copy of the weights takes (None: the weights themselves)."""
+        return "bfloat16" if self.precision == "bf16" else None
 
     @property
     def env_kwargs_dict(self) -> dict[str, Any]:

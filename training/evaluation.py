@@ -156,7 +156,8 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
         probe.close()
     sampler: Policy = policy
     if isinstance(policy, HFPolicy):
-        sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=cfg.seed + 7919)
+        seed, dtype = cfg.seed + 7919, policy.sample_dtype
+        sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=seed, sample_dtype=dtype)
     params = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=e.temperature)
     jobs = [(tid, j) for tid in ids for j in range(e.samples)]
     samples: list[EvalSample] = []

@@ -60,7 +60,7 @@ class Run:
 
 def build_run(cfg: TrainConfig) -> Run:
     """Load the policy and optimiser (and the checkpoint when resuming)."""
-    policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed)
+    policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
     if cfg.init_checkpoint:
         policy.model.load_state_dict(model_state(load_checkpoint(cfg.init_checkpoint)))
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

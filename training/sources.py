@@ -137,6 +137,7 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
         imports=cfg.imports,
         seed=cfg.seed,
         tools_prompt=cfg.tools_prompt,
+        sample_dtype=cfg.sample_dtype,
         served_model=cfg.vllm_weights[3:] if cfg.policy.startswith("vllm:") else "policy",
     )
 
@@ -162,10 +163,11 @@ def make_source(cfg: TrainConfig, learner: HFPolicy) -> RolloutSource:
         return LocalRollouts(spec)
     if not cfg.policy.startswith("hf:"):
         return LocalRollouts(spec, [None] * n)
-    tok = learner.tokenizer
+    tok, dtype = learner.tokenizer, cfg.sample_dtype
     if cfg.asynchronous.enabled:  # workers sample while the learner trains: each holds its own copy
-        return LocalRollouts(spec, [HFPolicy(copy.deepcopy(learner.model).eval(), tok) for _ in range(n)])
-    return LocalRollouts(spec, [HFPolicy(learner.model, tok) for _ in range(n)])
+        copies = [copy.deepcopy(learner.model).eval() for _ in range(n)]
+        return LocalRollouts(spec, [HFPolicy(m, tok, sample_dtype=dtype) for m in copies])
+    return LocalRollouts(spec, [HFPolicy(learner.model, tok, sample_dtype=dtype) for _ in range(n)])
 
 
 class WeightPublisher:

@@ -70,9 +70,11 @@ def train(cfg: TrainConfig) -> Run:
                     values.update(credit.apply(batch, trajs, grouping))
                 values.update(reward_metrics(trajs))
                 values.update(batch.stats)
-                model, opt, temp = learner.model, learner.optimizer, cfg.sampling.temperature
+                model, opt, bf16 = learner.model, learner.optimizer, cfg.precision == "bf16"
                 values.update(
-                    learner_step(model, opt, learner.to_device(batch), cfg.loss, ref=run.ref, temperature=temp)
+                    learner_step(
+                        model, opt, learner.to_device(batch), cfg.loss, ref=run.ref, temperature=temp, autocast=bf16
+                    )
                 )
                 run.policy.version += 1
                 learner.after_step(run, checkpoint_due=checkpoint_due(cfg, run.step + 1))

@@ -14,8 +14,11 @@ from prm_gym.training.fsdp import scalar
 from prm_gym.training.losses import policy_loss, token_logprobs, truncated_is_weights
 
 
-def _micro_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = model(input_ids=ids, attention_mask=attn).logits
+def _micro_logprobs(
+    model: Any, ids: torch.Tensor, attn: torch.Tensor, temperature: float, autocast: bool = False
+) -> torch.Tensor:
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(input_ids=ids, attention_mask=attn).logits
     if temperature > 0:
         logits = logits / temperature
     return token_logprobs(logits, ids)
@@ -29,8 +32,10 @@ def learner_step(
     *,
     ref: Any = None,
     temperature: float = 1.0,
+    autocast: bool = False,
 ) -> dict[str, float]:
-    """``cfg.updates_per_batch`` clipped policy-gradient steps on ``batch`` (micro-batched)."""
+    """``cfg.updates_per_batch`` clipped policy-gradient steps on ``batch`` (micro-batched);
+    ``autocast``: forward and backward under bfloat16 autocast (``--precision bf16``)."""
     rows = [i for i in range(batch.input_ids.shape[0]) if batch.loss_mask[i].sum() > 0]
     if not rows:
         return {"loss": 0.0, "trained_rows": 0.0}
@@ -42,7 +47,7 @@ def learner_step(
         with torch.no_grad():
             for c, _ in chunks:
                 ids, attn, _ = _slice(batch, c)
-                proximal[c[0]] = _micro_logprobs(model, ids, attn, temperature)
+                proximal[c[0]] = _micro_logprobs(model, ids, attn, temperature, autocast)
     stats: dict[str, float] = {}
     for _ in range(cfg.updates_per_batch):
         optimizer.zero_grad(set_to_none=True)
@@ -50,13 +55,13 @@ def learner_step(
         for c, weight in chunks:
             ids, attn, width = _slice(batch, c)
             mask = batch.loss_mask[c, :width]
-            lp = _micro_logprobs(model, ids, attn, temperature)
+            lp = _micro_logprobs(model, ids, attn, temperature, autocast)
             old = proximal.get(c[0], lp.detach())[:, :width]
             isw = truncated_is_weights(old, batch.behaviour_logprobs[c, :width], cfg.is_cap)
             ref_lp = None
             if ref is not None:
                 with torch.no_grad():
-                    ref_lp = _micro_logprobs(ref, ids, attn, temperature)
+                    ref_lp = _micro_logprobs(ref, ids, attn, temperature, autocast)
             loss, st = policy_loss(
                 lp,
                 old,

@@ -44,6 +44,7 @@ class WorkerSpec:
         imports: modules to import first (third-party envs and judges).
         seed: base seed of the workers' samplers.
         tools_prompt: the chat template's tool block (``full`` or ``compact``).
+        sample_dtype: an ``hf:`` policy samples from a copy of its weights in this dtype (``--precision``).
     """
 
     env_id: str
@@ -55,6 +56,7 @@ class WorkerSpec:
     imports: tuple[str, ...] = ()
     seed: int = 0
     tools_prompt: str = "full"
+    sample_dtype: str | None = None
 
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
@@ -68,7 +70,7 @@ def build_policy(spec: WorkerSpec, seed: int) -> Any:
 
         _, tok = load_hf(spec.tokenizer, seed)
         return VLLMPolicy(spec.policy[5:].split(","), tok, model=spec.served_model, seed=seed)
-    return HFPolicy.from_id(spec.policy, seed=seed)
+    return HFPolicy.from_id(spec.policy, seed=seed, sample_dtype=spec.sample_dtype)
 
 
 def group_seed(seeds: Sequence[int], base: int) -> int:

@@ -258,3 +258,12 @@ def test_judge_usage_is_logged_per_judge(tmp_path: Path) -> None:
     row = next(r for r in read_metrics(tmp_path) if "loss" in r)
     keys = [k for k in row if k.startswith("judge/")]
     assert any(k.endswith("/latency_s") for k in keys) and any(k.endswith("/tokens") for k in keys), row
+
+
+def test_bf16_precision_trains_fp32_weights_through_a_bf16_sampler(tmp_path: Path) -> None:
+    run = train(small(tmp_path, steps=1, precision="bf16"))
+    rows = [r for r in read_metrics(tmp_path) if "reward" in r]
+    assert len(rows) == 1 and rows[0]["generated_tokens"] > 0
+    assert torch.isfinite(torch.tensor(rows[0]["loss"]))
+    assert run.policy.model.dtype == torch.float32 and run.policy.sample_dtype == "bfloat16"
+    assert run.policy.sampler_model().dtype == torch.bfloat16
