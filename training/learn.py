@@ -40,6 +40,7 @@ from prm_gym.core.models import load_hf, tiny_model, tiny_tokenizer
 from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
 from prm_gym.training.evaluation import evaluate
 from prm_gym.training.metrics import read_metrics
+from prm_gym.training.update import micro_logprobs
 
 ENV_KWARGS: dict[str, Any] = {"levels": [1], "max_turns": 3, "num_tasks": 2000}
 
@@ -90,8 +91,11 @@ def demonstrations(
     return out
 
 
-def sft(model: Any, demos: list[tuple[list[int], list[int]]], steps: int, lr: float, batch: int, seed: int) -> float:
-    """Cross-entropy on the demonstrations' assistant tokens; returns the last loss."""
+def sft(
+    model: Any, demos: list[tuple[list[int], list[int]]], steps: int, lr: float, batch: int, seed: int, bf16: bool
+) -> float:
+    """Cross-entropy on the demonstrations' assistant tokens (under bfloat16 autocast with ``bf16``);
+    returns the last loss."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
@@ -104,11 +108,8 @@ def sft(model: Any, demos: list[tuple[list[int], list[int]]], steps: int, lr: fl
         attn = torch.zeros(batch, width, dtype=torch.long)
         for b, (t, m) in enumerate(rows):
             ids[b, : len(t)], mask[b, : len(m)], attn[b, : len(t)] = torch.tensor(t), torch.tensor(m), 1
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-        ce = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        )
-        loss = (ce * mask[:, 1:].reshape(-1)).sum() / mask[:, 1:].sum()
+        lp = micro_logprobs(model, ids, attn, 0.0, bf16, mask)
+        loss = -(lp * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -131,7 +132,7 @@ def warm_start(out: Path, args: argparse.Namespace, model: Any, tok: Any) -> Pat
     """Train and save the SFT warm-start model (a transformers directory) under ``out/sft``."""
     chat = ChatTemplate(tok, tools_block="compact")
     demos = demonstrations(chat, args.demos, args.seed, tool_fraction=args.tool_fraction, levels=args.levels)
-    loss = sft(model, demos, args.sft_steps, args.sft_lr, args.sft_batch, args.seed)
+    loss = sft(model, demos, args.sft_steps, args.sft_lr, args.sft_batch, args.seed, args.precision == "bf16")
     print(f"SFT warm start: {args.demos} demonstrations, {args.sft_steps} steps, final loss {loss:.3f}", flush=True)
     path = out / "sft"
     model.save_pretrained(path)
@@ -152,6 +153,7 @@ def learn_config(policy_dir: Path, out: Path, args: argparse.Namespace) -> Train
         lr=args.lr,
         output_dir=str(out / "grpo"),
         seed=args.seed,
+        precision=args.precision,
         checkpoint_every=0,
         tensorboard=False,
         sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=1024),
@@ -195,6 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-samples", type=int, default=1, help="episodes per held-out task")
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="see train-agent --precision")
     return p.parse_args(argv)
 
 
@@ -217,7 +220,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     model, tok = base_model(args)
     probe = replace(learn_config(out, out, args), policy=args.policy)
-    base = evaluate(HFPolicy(model, tok, seed=args.seed), ChatTemplate(tok, tools_block="compact"), probe)
+    policy = HFPolicy(model, tok, seed=args.seed, sample_dtype=probe.sample_dtype)
+    base = evaluate(policy, ChatTemplate(tok, tools_block="compact"), probe)
     t1 = time.perf_counter()
     print(f"base: held-out success {base['success']:.1%} ({time.perf_counter() - t0:.0f} s)", flush=True)
     policy_dir = warm_start(out, args, model, tok)

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from prm_gym.core.hf import forward_takes
 from prm_gym.training.batch import Batch
 from prm_gym.training.config import LossConfig
 from prm_gym.training.ddp import rank_chunks, reduce_stats
@@ -14,14 +15,34 @@ from prm_gym.training.fsdp import scalar
 from prm_gym.training.losses import policy_loss, token_logprobs, truncated_is_weights
 
 
-def _micro_logprobs(
-    model: Any, ids: torch.Tensor, attn: torch.Tensor, temperature: float, autocast: bool = False
+def micro_logprobs(
+    model: Any,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    temperature: float,
+    autocast: bool = False,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """``(B, L)`` log-prob of each token of ``ids`` given the ones before it (see
+    :func:`token_logprobs`), under bfloat16 autocast with ``autocast``.
+
+    With ``mask`` (1 on the tokens that count) only the positions some row trains on are
+    projected onto the vocabulary (``logits_to_keep``); positions no row trains on are 0. The prompt and
+    tool results of a multi-turn episode are most of its tokens, so this saves most of the
+    ``(B, L, vocab)`` logits' time and memory.
+    """
+    keep = None
+    if mask is not None and forward_takes(model, "logits_to_keep"):
+        keep = torch.nonzero(mask[:, 1:].any(0)).squeeze(-1)  # position t predicts token t + 1
+    extra = {} if keep is None else {"logits_to_keep": keep}
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
-        logits = model(input_ids=ids, attention_mask=attn).logits
+        logits = model(input_ids=ids, attention_mask=attn, **extra).logits
     if temperature > 0:
         logits = logits / temperature
-    return token_logprobs(logits, ids)
+    if keep is None:
+        return token_logprobs(logits, ids)
+    picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, keep + 1, None]).squeeze(-1)
+    return torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device).index_copy(1, keep + 1, picked)
 
 
 def learner_step(
@@ -46,8 +67,9 @@ def learner_step(
     if cfg.updates_per_batch > 1:
         with torch.no_grad():
             for c, _ in chunks:
-                ids, attn, _ = _slice(batch, c)
-                proximal[c[0]] = _micro_logprobs(model, ids, attn, temperature, autocast)
+                ids, attn, width = _slice(batch, c)
+                mask = batch.loss_mask[c, :width]
+                proximal[c[0]] = micro_logprobs(model, ids, attn, temperature, autocast, mask)
     stats: dict[str, float] = {}
     for _ in range(cfg.updates_per_batch):
         optimizer.zero_grad(set_to_none=True)
@@ -55,13 +77,13 @@ def learner_step(
         for c, weight in chunks:
             ids, attn, width = _slice(batch, c)
             mask = batch.loss_mask[c, :width]
-            lp = _micro_logprobs(model, ids, attn, temperature, autocast)
+            lp = micro_logprobs(model, ids, attn, temperature, autocast, mask)
             old = proximal.get(c[0], lp.detach())[:, :width]
             isw = truncated_is_weights(old, batch.behaviour_logprobs[c, :width], cfg.is_cap)
             ref_lp = None
             if ref is not None:
                 with torch.no_grad():
-                    ref_lp = _micro_logprobs(ref, ids, attn, temperature, autocast)
+                    ref_lp = micro_logprobs(ref, ids, attn, temperature, autocast, mask)
             loss, st = policy_loss(
                 lp,
                 old,

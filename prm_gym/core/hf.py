@@ -153,8 +153,7 @@ def _prefill(model: Any, ids: Any, mask: Any, positions: Any, keys: list[tuple[i
             first[key] = len(rows)
             rows.append(b)
         index.append(first[key])
-    cls: Any = type(model)
-    extra = {"logits_to_keep": 1} if _takes(cls, "logits_to_keep") else {}
+    extra = {"logits_to_keep": 1} if forward_takes(model, "logits_to_keep") else {}
     pick = torch.tensor(rows, device=ids.device)
     out = model(input_ids=ids[pick], attention_mask=mask[pick], position_ids=positions[pick], use_cache=True, **extra)
     past, logits = _cache_of(out), out.logits[:, -1, :]
@@ -174,6 +173,12 @@ def _cache_arg(model: Any) -> str:
 
 def _cache_arg_of(cls: Any) -> str:
     return "cache" if _takes(cls, "cache") else "past_key_values"
+
+
+def forward_takes(model: Any, name: str) -> bool:
+    """Whether ``model``'s forward has a keyword ``name`` (e.g. ``logits_to_keep``)."""
+    cls: Any = type(model)
+    return _takes(cls, name)
 
 
 @functools.cache

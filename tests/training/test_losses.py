@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -59,3 +60,21 @@ def test_token_logprobs_align_with_next_token() -> None:
     assert lp[0, 0] == 0.0
     assert float(lp[0, 1]) > -1e-3
     assert math.isclose(float(lp[0, 2]), math.log(0.25), abs_tol=1e-6)
+
+
+def test_masked_logprobs_project_only_the_trained_positions(tiny_tokenizer: Any) -> None:
+    from prm_gym.core.models import tiny_model
+    from prm_gym.training.update import micro_logprobs
+
+    model = tiny_model(len(tiny_tokenizer), seed=1)
+    ids = torch.randint(3, len(tiny_tokenizer), (3, 12), generator=torch.Generator().manual_seed(0))
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(3, 12)
+    mask[0, 5:8], mask[1, 9:], mask[2, 6] = 1, 1, 1
+    full = micro_logprobs(model, ids, attn, 0.7)
+    seen: list[int] = []
+    model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[1]))
+    part = micro_logprobs(model, ids, attn, 0.7, mask=mask)
+    assert seen == [6]  # positions 4, 5, 6, 8, 9, 10 predict the masked tokens, not all 12
+    assert torch.allclose(part * mask, full * mask, atol=1e-5)
+    assert part.requires_grad and torch.all(part[:, mask.sum(0) == 0] == 0)
