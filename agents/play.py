@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,12 +30,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_turn(k: int, action: str, obs: str, reward: float, terms: dict[str, float], status: str) -> None:
-    shown = " + ".join(f"{name} {value:+.2f}" for name, value in terms.items())
-    print(f"--- turn {k} ---")
-    print(f"agent: {action.strip()}")
-    print(f"env:   {obs.strip()}")
-    print(f"reward {reward:+.3f} = {shown}   [status {status}]")
+def print_episode(traj: Any, title: str, seconds: float) -> None:
+    """Print an episode turn by turn: the agent's action, the env's reply, the reward and its terms."""
+    print(f"=== {title}: task {traj.task_id} ===")
+    print(f"task: {traj.prompt}")
+    for k, turn in enumerate(traj.turns, 1):
+        shown = " + ".join(f"{name} {value:+.2f}" for name, value in turn.terms.items())
+        print(f"--- turn {k} ---")
+        print(f"agent: {turn.action.strip()}")
+        print(f"env:   {turn.observation.strip()}")
+        print(f"reward {turn.reward:+.3f} = {shown}   [status {turn.status}]")
+    end = "terminated" if traj.terminated else "truncated"
+    print(
+        f"=== {end} after {len(traj.turns)} turns: return {traj.total_reward:+.3f}, "
+        f"{traj.num_generated_tokens} tokens sampled in {seconds:.1f}s ==="
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,15 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for ep in range(args.episodes):
         t0 = time.perf_counter()
         traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
-        print(f"=== episode {ep + 1}: {args.env} task {traj.task_id} ===")
-        print(f"task: {traj.prompt}")
-        for k, turn in enumerate(traj.turns, 1):
-            _print_turn(k, turn.action, turn.observation, turn.reward, turn.terms, turn.status)
-        end = "terminated" if traj.terminated else "truncated"
-        print(
-            f"=== {end} after {len(traj.turns)} turns: return {traj.total_reward:+.3f}, "
-            f"{traj.num_generated_tokens} tokens sampled in {time.perf_counter() - t0:.1f}s ==="
-        )
+        print_episode(traj, f"episode {ep + 1}: {args.env}", time.perf_counter() - t0)
     env.close()
     return 0
 

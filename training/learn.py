@@ -35,8 +35,11 @@ import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.play import print_episode
+from prm_gym.agents.rollout import run_episode
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf, tiny_model, tiny_tokenizer
+from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
 from prm_gym.training.evaluation import evaluate
 from prm_gym.training.metrics import read_metrics
@@ -173,6 +176,17 @@ def held_out(args: argparse.Namespace) -> EvalConfig:
     )
 
 
+def show_episode(policy: Any, chat: ChatTemplate, args: argparse.Namespace, title: str) -> None:
+    """Print one greedy episode of the first held-out task, turn by turn with its reward terms."""
+    env = gym.make("prm/Math-v0", **{**env_kwargs(args.levels), "split": "test"})
+    first = next(iter(getattr(env.unwrapped, "tasks").ids))  # noqa: B009  (ToolEnv attribute)
+    t0 = time.perf_counter()
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
+    traj = run_episode(env, policy, chat, seed=0, task_id=first, sampling=sampling)
+    print_episode(traj, title, time.perf_counter() - t0)
+    env.close()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output-dir", default="runs/learn")
@@ -181,13 +195,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--levels", type=int, nargs="+", default=[1], help="prm/Math-v0 task levels (1-4)")
     p.add_argument("--hidden", type=int, default=64, help="hf:tiny only")
     p.add_argument("--layers", type=int, default=3, help="hf:tiny only")
-    p.add_argument("--demos", type=int, default=400)
-    p.add_argument("--sft-steps", type=int, default=120)
-    p.add_argument("--tool-fraction", type=float, default=0.7, help="share of demonstrations that use the tool")
+    p.add_argument("--demos", type=int, default=300)
+    p.add_argument("--sft-steps", type=int, default=40)
+    p.add_argument("--tool-fraction", type=float, default=0.5, help="share of demonstrations that use the tool")
     p.add_argument("--sft-lr", type=float, default=3e-5)
     p.add_argument("--sft-batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--lr", type=float, default=2e-6)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--tasks-per-step", type=int, default=4)
     p.add_argument("--micro-batch", type=int, default=8)
@@ -195,8 +209,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-tasks", type=int, default=200)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--eval-samples", type=int, default=1, help="episodes per held-out task")
-    p.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--eval-temperature", type=float, default=1.0, help="0: greedy; default: the training temperature")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--show-episodes", action="store_true", help="print an episode before and after training")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="see train-agent --precision")
     return p.parse_args(argv)
 
@@ -221,13 +236,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model, tok = base_model(args)
     probe = replace(learn_config(out, out, args), policy=args.policy)
     policy = HFPolicy(model, tok, seed=args.seed, sample_dtype=probe.sample_dtype)
-    base = evaluate(policy, ChatTemplate(tok, tools_block="compact"), probe)
+    chat = ChatTemplate(tok, tools_block="compact")
+    if args.show_episodes:
+        show_episode(policy, chat, args, f"before training: {args.policy} as shipped (greedy)")
+    base = evaluate(policy, chat, probe)
     t1 = time.perf_counter()
     print(f"base: held-out success {base['success']:.1%} ({time.perf_counter() - t0:.0f} s)", flush=True)
     policy_dir = warm_start(out, args, model, tok)
     t2 = time.perf_counter()
-    train(learn_config(policy_dir, out, args))
+    run = train(learn_config(policy_dir, out, args))
     t3 = time.perf_counter()
+    if args.show_episodes:
+        show_episode(run.policy, chat, args, f"after SFT + {args.steps} GRPO steps (greedy)")
     evals = [e for e in read_metrics(out / "grpo") if "eval/success" in e]
     phases = {"base": base, "sft": _strip(evals[0]), "grpo": _strip(evals[-1])}
     summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": env_kwargs(args.levels)}

@@ -96,10 +96,10 @@ def test_tree_nodes_are_distinct_prefixes(tiny_tokenizer: Any) -> None:
     assert sample.generated_tokens < sum(leaf.num_generated_tokens for leaf in sample.leaves)
 
 
-TINY = ["--policy", "hf:tiny", "--demos", "2000", "--sft-steps", "1200", "--tool-fraction", "0.9"]
+TINY = ["--policy", "hf:tiny", "--demos", "2000", "--sft-steps", "1200", "--tool-fraction", "0.9", "--steps", "30"]
 TINY += ["--sft-lr", "3e-3", "--sft-batch", "16", "--lr", "3e-4", "--micro-batch", "16", "--max-new-tokens", "96"]
 TINY += ["--eval-tasks", "64", "--eval-samples", "4", "--eval-temperature", "1.0"]
-TINY += ["--eval-every", "0", "--threads", "1"]
+TINY += ["--eval-every", "0", "--threads", "1", "--precision", "fp32"]
 
 
 @pytest.mark.slow
