@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def print_episode(traj: Any, title: str, seconds: float) -> None:
     """Print an episode turn by turn: the agent's action, the env's reply, the reward and its terms."""
-    print(f"=== {title}: task {traj.task_id} ===")
+    print(f"=== {title} task {traj.task_id} ===")
     print(f"task: {traj.prompt}")
     for k, turn in enumerate(traj.turns, 1):
         shown = " + ".join(f"{name} {value:+.2f}" for name, value in turn.terms.items())

@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     policy = HFPolicy(model, tok, seed=args.seed, sample_dtype=probe.sample_dtype)
     chat = ChatTemplate(tok, tools_block="compact")
     if args.show_episodes:
-        show_episode(policy, chat, args, f"before training: {args.policy} as shipped (greedy)")
+        show_episode(policy, chat, args, f"before training: {args.policy} as shipped, greedy:")
     base = evaluate(policy, chat, probe)
     t1 = time.perf_counter()
     print(f"base: held-out success {base['success']:.1%} ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run = train(learn_config(policy_dir, out, args))
     t3 = time.perf_counter()
     if args.show_episodes:
-        show_episode(run.policy, chat, args, f"after SFT + {args.steps} GRPO steps (greedy)")
+        show_episode(run.policy, chat, args, f"after SFT + {args.steps} GRPO steps, greedy:")
     evals = [e for e in read_metrics(out / "grpo") if "eval/success" in e]
     phases = {"base": base, "sft": _strip(evals[0]), "grpo": _strip(evals[-1])}
     summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": env_kwargs(args.levels)}
