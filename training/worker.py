@@ -26,6 +26,7 @@ from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.training.config import TreeConfig
+from prm_gym.training.group_judges import defer_group_judges, score_deferred
 from prm_gym.training.tree import TreeSample, sample_trees
 
 
@@ -44,6 +45,9 @@ class WorkerSpec:
         imports: modules to import first (third-party envs and judges).
         seed: base seed of the workers' samplers.
         tools_prompt: the chat template's tool block (``full`` or ``compact``).
+        group_judges: score group-batched judges (IGPO's ``progress/info_gain``) once per GRPO
+            group, in one batched call, instead of inside every ``env.step``
+            (:mod:`prm_gym.training.group_judges`); the rewards are the same.
     """
 
     env_id: str
@@ -55,6 +59,7 @@ class WorkerSpec:
     imports: tuple[str, ...] = ()
     seed: int = 0
     tools_prompt: str = "full"
+    group_judges: bool = True
 
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
@@ -131,7 +136,10 @@ class RolloutWorker:
         if tree is not None:
             return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
         while len(self.envs) < len(seeds):
-            self.envs.append(self.make_env())
+            env = self.make_env()
+            if self.spec.group_judges:
+                defer_group_judges(env)
+            self.envs.append(env)
         trajs = rollout(
             self.envs[: len(seeds)],
             self.policy,
@@ -141,6 +149,7 @@ class RolloutWorker:
             sampling=sampling,
             max_context_tokens=max_context_tokens,
         )
+        score_deferred(self.envs[: len(seeds)], trajs)  # IGPO & co: the whole group in one call
         return _portable(trajs)
 
     def _play_tree(
