@@ -157,3 +157,23 @@ def test_a_failed_group_call_is_infra_on_every_turn_and_final_judges_see_final_t
     )
     finals = sum(t.terminated for t in trajs)  # the random policy rarely answers: often no final turn
     assert _GroupFake.batches == [sum(len(t.turns) for t in trajs)] + ([finals] if finals else [])
+
+
+def test_env_defers_only_while_asked() -> None:
+    import gymnasium as gym
+
+    env = gym.make("prm/Math-v0", levels=[1], num_tasks=2, judge="rule/format + 2*test/group_turn")
+    try:
+        assert env.unwrapped.defer_group_judges() == ["test/group_turn"]
+        env.reset(options={"task_id": "math-train-0-00000"})
+        _, reward, _, _, info = env.step("no action")
+        assert reward == -1.0 and info["reward_process"] == 0.0  # the format penalty alone
+        assert info["judge"]["test/group_turn"] == {"deferred": 1}
+        turns = env.unwrapped.take_deferred_turns()
+        assert [t.index for t in turns] == [0] and env.unwrapped.take_deferred_turns() == []
+        assert env.unwrapped.defer_group_judges(False) == []
+        _, reward, _, _, info = env.step("no action")
+        assert reward == -1.0 + 2 * 0.5 and info["judge"]["test/group_turn"]["score"] == 0.5  # turn 2
+        assert env.unwrapped.take_deferred_turns() == []
+    finally:
+        env.close()
