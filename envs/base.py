@@ -133,6 +133,8 @@ class ToolEnv(gym.Env[str, str]):
         self.action_space = UnicodeText(max_action_chars)
         self.observation_space = UnicodeText(MAX_OBS_CHARS)
         self._verdicts: dict[tuple[str, str | None], Verdict] = {}
+        self._deferred: frozenset[str] = frozenset()  # judges left to the caller (defer_group_judges)
+        self._pending: list[Turn] = []  # this episode's turns, for the deferred judges
         self._task: Task | None = None
         self._done = True
         self._closed = False
@@ -177,6 +179,33 @@ class ToolEnv(gym.Env[str, str]):
         """The actions taken so far this episode."""
         return list(self._actions)
 
+    def defer_group_judges(self, on: bool = True) -> list[str]:
+        """Leave the judges that score a whole group at once (``group_batched = True``: IGPO's
+        ``progress/info_gain``) to the caller, or (``on=False``) score them every step again.
+
+        While deferred, :meth:`step` leaves such a judge out of the turn's reward and terms and
+        reports ``info["judge"][<id>] = {"deferred": 1}``; the caller takes the episode's turns
+        with :meth:`take_deferred_turns` and scores a group's together
+        (:func:`prm_gym.training.group_judges.score_deferred` does, in the rollout workers).
+
+        Returns:
+            The ids of the judges now deferred (empty: nothing changes).
+        """
+        names = [j.name for _, j in self.judges if on and getattr(j, "group_batched", False)]
+        self._deferred = frozenset(names)
+        return names
+
+    @property
+    def deferred_judges(self) -> list[tuple[float, Judge | AsyncJudge]]:
+        """``(weight, judge)`` of the judges :meth:`defer_group_judges` left to the caller."""
+        return [(w, j) for w, j in self.judges if j.name in self._deferred]
+
+    def take_deferred_turns(self) -> list[Turn]:
+        """The episode's turns so far (one per :meth:`step`, in order) while judges are deferred;
+        they are forgotten here."""
+        turns, self._pending = self._pending, []
+        return turns
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         if self._closed:
@@ -189,7 +218,7 @@ class ToolEnv(gym.Env[str, str]):
     def _begin(self, task: Task) -> tuple[str, dict[str, Any]]:
         self.end_episode()
         self._task, self._done = task, False
-        self._actions, self._history, self._tool_log = [], [], []
+        self._actions, self._history, self._tool_log, self._pending = [], [], [], []
         self.start_episode(task)
         obs = cap_text(self.prompt(task), MAX_OBS_CHARS)
         return obs, {"task_id": task.id, "turn": 0, "tools": self.tool_schemas}
@@ -329,8 +358,13 @@ class ToolEnv(gym.Env[str, str]):
         failed = False
         key: str | None = None
         final = turn.final
+        if self._deferred:
+            self._pending.append(turn)
         for name, term, weight, final_only, memo, scorer in self._judge_plan:  # cheap rule judges do not memoise
             if final_only and not final:
+                continue
+            if name in self._deferred:
+                info[name] = {"deferred": 1}
                 continue
             try:
                 if memo:

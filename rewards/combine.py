@@ -151,16 +151,20 @@ class CombineConfig:
             assignment, a turn's value is the minimum of the future process rewards).
         gate: G-RA gated accumulation: process rewards count only when the outcome reaches this
             value (None: no gate).
-        norm: ``"renorm"``: PPR's ReNorm, every turn's reward is ``process + outcome - 1``
-            (:func:`renorm`); ``"zscore"`` or ``"minmax"``: a generic normalisation of process and
-            outcome rewards, each over the group, before they are mixed; ``"none"``.
+        norm: ``"renorm"``: PPR's ReNorm (:func:`renorm`): every turn but the last gets
+            ``process + outcome - renorm_beta``, the last (answering) turn the outcome;
+            ``"zscore"`` or ``"minmax"``: a generic normalisation of process and outcome rewards,
+            each over the group, before they are mixed; ``"none"``.
         clip: clip every mixed reward to ``[-clip, clip]`` (None: no clipping).
+        renorm_beta: ReNorm's shift (the authors' ``renorm_beta``, 1.0 in their runs); only with
+            ``norm=renorm``.
     """
 
     credit: str = "sum"
     gate: float | None = None
     norm: str = "none"
     clip: float | None = None
+    renorm_beta: float = 1.0
 
     def __post_init__(self) -> None:
         if self.credit not in ("sum", "min"):
@@ -171,19 +175,26 @@ class CombineConfig:
             raise ConfigError(f"gate must be a finite number, got {self.gate!r}.")
         if self.clip is not None and not (math.isfinite(self.clip) and self.clip > 0):
             raise ConfigError(f"clip must be a finite number > 0, got {self.clip!r}.")
+        if not math.isfinite(self.renorm_beta):
+            raise ConfigError(f"renorm_beta must be a finite number, got {self.renorm_beta!r}.")
+        if self.renorm_beta != 1.0 and self.norm != "renorm":
+            raise ConfigError(f"renorm_beta={self.renorm_beta:g} only applies with norm=renorm; add 'norm=renorm'.")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> CombineConfig:
         """Build from ``key=value`` strings; unknown keys raise :class:`ConfigError`."""
-        unknown = set(options) - {"credit", "gate", "norm", "clip"}
+        unknown = set(options) - {"credit", "gate", "norm", "clip", "renorm_beta"}
         if unknown:
-            raise ConfigError(f"unknown combination option(s) {sorted(unknown)}; use credit, gate, norm, clip.")
+            raise ConfigError(
+                f"unknown combination option(s) {sorted(unknown)}; use credit, gate, norm, clip, renorm_beta."
+            )
         try:
             gate = float(options["gate"]) if "gate" in options else None
             clip = float(options["clip"]) if "clip" in options else None
+            beta = float(options.get("renorm_beta", 1.0))
         except ValueError as exc:
-            raise ConfigError(f"gate and clip must be numbers: {exc}") from exc
-        return cls(options.get("credit", "sum"), gate, options.get("norm", "none"), clip)
+            raise ConfigError(f"gate, clip and renorm_beta must be numbers: {exc}") from exc
+        return cls(options.get("credit", "sum"), gate, options.get("norm", "none"), clip, beta)
 
 
 # ---------------------------------------------------------------------------- pure combination maths
@@ -227,38 +238,54 @@ def gated(process: Sequence[float], outcome: float, gate: float) -> list[float]:
     return rewards if outcome >= gate else [0.0] * len(rewards)
 
 
-def renorm(process: Sequence[float], outcome: float) -> list[float]:
-    """PPR's ReNorm (Xu et al. 2025, *Hybrid Reward Normalization for Process-supervised
-    Non-verifiable Agentic Tasks*, arXiv 2509.25598, method section, "Reward Normalization"):
-    the reward of step ``t`` is ``r_t = r_t^process + r^outcome - 1``.
+def renorm(process: Sequence[float], outcome: float, beta: float = 1.0) -> list[float]:
+    """PPR's ReNorm: the per-turn rewards of one trajectory.
 
-    With process rewards and the outcome in [0, 1], the steps of a trajectory whose outcome is
-    right (1) keep their process reward, in [0, 1], and the steps of a wrong one are shifted into
-    [-1, 0]: a good step of a failed trajectory never earns more than a bad step of a successful
-    one, so the process reward cannot pull the policy away from the outcome.
+    Xu et al. 2025, *Hybrid Reward Normalization for Process-supervised Non-verifiable Agentic
+    Tasks* (arXiv 2509.25598), method section, "Reward Normalization (ReNorm)". No equation number
+    is cited: the stored copies of the paper we could read stop at the abstract. The definition
+    below is the authors' release instead (github.com/Zhuohao-Li/ppr: its notes give ReNorm as
+    ``r_hat = r_p + r_o - mu``, ``mu ~ 1``; ``verl/trainer/main_ppo.py``,
+    ``RewardManager._apply_process_reward_optimizations``, applies it with
+    ``process_reward_config.renorm_beta=1.0`` from ``examples/train_3b.sh``):
+
+    * every turn ``t < T`` (a step the process reward model judges) gets
+      ``r_t = r_t^process + r^outcome - beta``;
+    * the last turn ``T`` (the answer, which the paper leaves to the outcome verifier) gets the
+      outcome alone, ``r_T = r^outcome``; the process reward given for it is not used.
+
+    With process rewards and the outcome in [0, 1] and ``beta = 1``, the steps of a right
+    trajectory (outcome 1) keep their process reward, in [0, 1], and the steps of a wrong one
+    (outcome 0) are shifted into [-1, 0]: no step of a failed trajectory earns more than a step
+    of a successful one.
 
     Args:
-        process: the trajectory's per-turn process rewards, each in [0, 1].
+        process: the trajectory's per-turn process rewards, each in [0, 1] (the authors' PPRM
+            score is ``score / max_score``).
         outcome: its outcome reward, in [0, 1].
+        beta: the shift (the authors' ``renorm_beta``, 1.0).
 
     Raises:
-        ValueError: a value outside [0, 1] (ReNorm is defined for rewards on that scale; give the
-            process judge a weight <= 1 and an outcome judge scored in [0, 1]).
+        ValueError: a value used is outside [0, 1] (ReNorm is defined for rewards on that scale;
+            give the process judge a weight <= 1 and an outcome judge scored in [0, 1]).
     """
     rewards = check_finite(process, "process")
-    for i, r in enumerate([*rewards, float(outcome)]):
+    steps = rewards[:-1]
+    for i, r in enumerate([*steps, float(outcome)]):
         if not 0.0 <= r <= 1.0:
-            what = f"process[{i}]" if i < len(rewards) else "outcome"
+            what = f"process[{i}]" if i < len(steps) else "outcome"
             raise ValueError(f"norm=renorm needs rewards in [0, 1]; {what} is {r!r}. Use norm=zscore for others.")
-    return [r + float(outcome) - 1.0 for r in rewards]
+    if not rewards:
+        return []
+    return [r + float(outcome) - beta for r in steps] + [float(outcome)]
 
 
 def normalize(values: Sequence[float], method: str = "zscore", eps: float = 1e-6) -> list[float]:
     """``values`` normalised over the group: ``"zscore"``, ``"minmax"`` (to [0, 1]) or ``"none"``.
 
     A constant group normalises to zeros (z-score) or stays put (min-max gives zeros too).
-    ``"renorm"`` leaves values (outcomes) as they are: PPR's ReNorm moves the outcome into every
-    turn's reward (:func:`renorm`) instead of rescaling it over the group.
+    ``"renorm"`` leaves values (outcomes) as they are: PPR's ReNorm pays the outcome on the
+    answering turn and mixes it into every earlier one (:func:`renorm`) instead of rescaling it.
     """
     xs = check_finite(values)
     if method in ("none", "renorm") or not xs:
@@ -290,9 +317,9 @@ def combine_group(
     if len(process) != len(outcomes):
         raise ValueError(f"{len(process)} process sequences but {len(outcomes)} outcomes.")
     outcome_raw = check_finite(outcomes, "outcome")
-    if cfg.norm == "renorm":  # PPR: r_t = process_t + outcome - 1 on every turn, no separate outcome
-        mixed_in = [renorm(traj, o) for traj, o in zip(process, outcome_raw, strict=True)]
-        return _finish(mixed_in, outcome_raw, [0.0] * len(outcome_raw), cfg)
+    if cfg.norm == "renorm":  # PPR: steps get process + outcome - beta, the answering turn the outcome
+        steps = [renorm(traj, o, cfg.renorm_beta)[:-1] for traj, o in zip(process, outcome_raw, strict=True)]
+        return _finish(steps, outcome_raw, outcome_raw, cfg, answer_turn=[bool(t) for t in process])
     if cfg.norm != "none":  # generic: process rewards normalised over all turns of the group
         flat = normalize([r for traj in process for r in traj], cfg.norm)
         sizes, process, start = [len(t) for t in process], [], 0
@@ -303,15 +330,26 @@ def combine_group(
 
 
 def _finish(
-    process: Sequence[Sequence[float]], outcome_raw: list[float], outcome_mixed: list[float], cfg: CombineConfig
+    process: Sequence[Sequence[float]],
+    outcome_raw: list[float],
+    outcome_mixed: list[float],
+    cfg: CombineConfig,
+    answer_turn: Sequence[bool] | None = None,
 ) -> list[list[float]]:
-    """Gate, credit assignment, the mixed outcome added to the last turn, clipping."""
+    """Gate, credit assignment, the mixed outcome added to the last turn, clipping.
+
+    ``answer_turn[i]`` True: trajectory ``i``'s rewards are its steps only, and the mixed outcome
+    is appended as one more turn (ReNorm's answering turn) instead of added to the last.
+    """
     out: list[list[float]] = []
-    for traj, raw, mixed in zip(process, outcome_raw, outcome_mixed, strict=True):
+    appended = answer_turn if answer_turn is not None else [False] * len(outcome_raw)
+    for traj, raw, mixed, append in zip(process, outcome_raw, outcome_mixed, appended, strict=True):
         rewards = gated(traj, raw, cfg.gate) if cfg.gate is not None else check_finite(traj, "process")
         if cfg.credit == "min":
             rewards = min_form_rewards(rewards)
-        if rewards:
+        if append:
+            rewards.append(mixed)
+        elif rewards:
             rewards[-1] += mixed
         out.append(clip(rewards, -cfg.clip, cfg.clip) if cfg.clip is not None else rewards)
     return out

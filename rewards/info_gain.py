@@ -72,6 +72,7 @@ class InfoGainJudge:
     name = "progress/info_gain"
     term = "process"
     scope: Scope = "turn"
+    group_batched = True  # rollout workers score a whole group's turns in one call (one forward pass)
 
     def __init__(
         self,

@@ -26,6 +26,10 @@ class Judge(Protocol):
         memoize (optional, default True): whether envs memoise this judge's verdicts by the
             turn's content hash (so forked episodes replay without new calls); cheap
             deterministic judges set it False.
+        group_batched (optional, default False): the judge is cheapest on a whole group's
+            turns at once (a model forward pass per call); the rollout workers then defer it
+            during the episodes and hand it each group's turns in one ``score`` call
+            (:meth:`prm_gym.envs.base.ToolEnv.defer_group_judges`).
 
     ``score`` returns one :class:`Verdict` per turn, in order, and raises
     :class:`prm_gym.core.errors.JudgeError` when it cannot judge (never a silent 0.0).

@@ -26,6 +26,7 @@ from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.training.config import TreeConfig
+from prm_gym.training.group_judges import defer_group_judges, score_deferred
 from prm_gym.training.tree import TreeSample, sample_trees
 
 
@@ -45,6 +46,9 @@ class WorkerSpec:
         seed: base seed of the workers' samplers.
         tools_prompt: the chat template's tool block (``full`` or ``compact``).
         sample_dtype: an ``hf:`` policy samples from a copy of its weights in this dtype (``--precision``).
+        group_judges: score group-batched judges (IGPO's ``progress/info_gain``) once per GRPO
+            group, in one batched call, instead of inside every ``env.step``
+            (:mod:`prm_gym.training.group_judges`); the rewards are the same.
     """
 
     env_id: str
@@ -57,6 +61,7 @@ class WorkerSpec:
     seed: int = 0
     tools_prompt: str = "full"
     sample_dtype: str | None = None
+    group_judges: bool = True
 
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
@@ -133,7 +138,10 @@ class RolloutWorker:
         if tree is not None:
             return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
         while len(self.envs) < len(seeds):
-            self.envs.append(self.make_env())
+            env = self.make_env()
+            if self.spec.group_judges:
+                defer_group_judges(env)
+            self.envs.append(env)
         trajs = rollout(
             self.envs[: len(seeds)],
             self.policy,
@@ -143,6 +151,7 @@ class RolloutWorker:
             sampling=sampling,
             max_context_tokens=max_context_tokens,
         )
+        score_deferred(self.envs[: len(seeds)], trajs)  # IGPO & co: the whole group in one call
         return _portable(trajs)
 
     def _play_tree(
