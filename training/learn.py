@@ -48,12 +48,26 @@ from prm_gym.training.update import micro_logprobs
 ENV_KWARGS: dict[str, Any] = {"levels": [1], "max_turns": 3, "num_tasks": 2000}
 
 
+def calculator_expression(question: str) -> str | None:
+    """The calculator expression that answers a level-1 or level-2 prm/Math-v0 question (None for
+    the other levels): the demonstrator's "reasoning", written from the generator's templates."""
+    nums = re.findall(r"\d+", question)
+    if match := re.search(r"What is (.+)\?", question):
+        return match.group(1)
+    if "change" in question and len(nums) >= 3:  # price, count, bill
+        return f"{nums[2]} - {nums[0]} * {nums[1]}"
+    if "travels at" in question and len(nums) >= 4:  # speed, hours, speed, hours
+        return f"{nums[0]} * {nums[1]} + {nums[2]} * {nums[3]}"
+    if "gives" in question and len(nums) >= 3:  # total, each, friends
+        return f"{nums[0]} - {nums[1]} * {nums[2]}"
+    return None
+
+
 def _demo_actions(question: str, rng: np.random.Generator, use_tool: bool) -> list[str]:
     """The assistant turns of one demonstration (the tool result is filled in while playing)."""
-    if not use_tool:
+    expr = calculator_expression(question)
+    if not use_tool or expr is None:
         return [f"<answer>{int(rng.integers(0, 200))}</answer>"]
-    match = re.search(r"What is (.+)\?", question)
-    expr = match.group(1) if match else "0"
     call = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
     return [f"<tool_call>{call}</tool_call>", "<answer>{result}</answer>"]
 

@@ -116,3 +116,16 @@ def test_learn_on_the_tiny_model_raises_held_out_success(tmp_path: Path) -> None
     assert result["sft"]["success"] > result["base"]["success"]
     assert result["grpo"]["success"] > result["sft"]["success"]
     assert set(result["minutes"]) == {"base_eval", "sft", "grpo", "total"}
+
+
+def test_demonstrations_solve_level_two_word_problems_with_the_calculator() -> None:
+    from prm_gym.envs.calculator import evaluate
+    from prm_gym.envs.math_tasks import generate_math_tasks
+    from prm_gym.training.learn import calculator_expression
+
+    tasks = generate_math_tasks(60, seed=5, split="train", levels=(1, 2))
+    for task in tasks:
+        expr = calculator_expression(task.prompt)
+        assert expr is not None, task.prompt
+        assert evaluate(expr) == task.answer, (task.prompt, expr)
+    assert calculator_expression("Solve for x: 3x + 1 = 7. What is x") is None
