@@ -47,6 +47,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--which", choices=[*COMPARISONS, "all"], default="all")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..n-1, each with its own warm start")
     p.add_argument("--output-dir", default="runs/compare")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="train only this seed's warm start and runs, no summary (run seeds in parallel processes, "
+        "then once without --seed: finished runs are reused)",
+    )
     p.add_argument("--hidden", type=int, default=64, help="the small random model's width")
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--demos", type=int, default=400, help="SFT demonstrations")
@@ -186,10 +193,12 @@ def compare(which: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run (or reuse) every arm of ``which`` for every seed, then summarise."""
     root = Path(args.output_dir)
     runs: dict[str, list[list[dict[str, Any]]]] = {arm: [] for arm in COMPARISONS[which]}
-    for seed in range(args.seeds):
+    for seed in range(args.seeds) if args.seed is None else [args.seed]:
         base = base_config(args, warm_start(args, seed), seed)
         for arm, name in COMPARISONS[which].items():
             runs[arm].append(run_arm(name, arm_config(name, base, args), root / "runs" / f"seed{seed}" / name))
+    if args.seed is not None:
+        return {}
     summary = summarize(which, runs, root / which)
     print(table(summary), flush=True)
     return summary
