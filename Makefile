@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,serve,dev
 
-.PHONY: setup demo test test-slow test-gpu test-vllm reliability lint learn bench bench-peers clean
+.PHONY: setup demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-process compare-async bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -71,6 +71,14 @@ lint: setup
 ## Proof that the trainer learns (CPU, about 15-20 min on 2 cores): SFT warm start, then GRPO on prm/Math-v0 raises held-out success.
 learn: setup
 	$(BIN)/python -m prm_gym.training.learn --output-dir runs/learn
+
+## The three comparisons of docs/learning.md (CPU, small model, 3 seeds, mean ± s.e.): tree vs chain GRPO at
+## equal tokens, turn-level process rewards vs outcome only, async vs sync under heavy-tailed tool latency.
+compare: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --which all --seeds 3 --output-dir runs/compare
+
+compare-tree compare-process compare-async: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --which $(@:compare-%=%) --seeds 3 --output-dir runs/compare
 
 ## Every benchmark in benchmarks/, written to docs/benchmarks.md (installs the peer suites first when it can).
 bench: setup

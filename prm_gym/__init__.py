@@ -28,6 +28,11 @@ ENVS: dict[str, tuple[str, int]] = {
 }
 """Every built-in id: (entry point, turn budget = ``max_episode_steps``)."""
 
-for _id, (_entry, _turns) in ENVS.items():
+BENCHMARK_ENVS: dict[str, tuple[str, int]] = {
+    "prm/MathSlowTools-v0": ("prm_gym.envs.latency:SlowToolsMathEnv", 6),
+}
+"""Workloads for benchmarks (not in ``ENVS``): prm/Math-v0 with heavy-tailed tool latency."""
+
+for _id, (_entry, _turns) in {**ENVS, **BENCHMARK_ENVS}.items():
     if _id not in registry:
         register(id=_id, entry_point=_entry, max_episode_steps=_turns, kwargs={"max_turns": _turns})

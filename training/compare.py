@@ -1,0 +1,244 @@
+"""The three comparisons of ``make compare``, each arm from the same warm start, several seeds.
+
+``python -m prm_gym.training.compare --which tree|process|async|all --seeds 3 --output-dir runs/compare``
+
+* **tree**: Tree-GRPO against chain GRPO with as many trajectories per task (``group_size`` =
+  the trees' leaves per task): held-out success against generated tokens, read at matched tokens.
+* **process**: turn-level process rewards (prm/Math-v0's default judge, outcome + 0.1 format +
+  0.1 tool terms) against the outcome alone (``rule/math_equiv``), at equal steps.
+* **async**: synchronous rollouts against asynchronous ones (staleness 1 and 2) on
+  prm/MathSlowTools-v0, whose calculator calls sleep a seeded log-normal time (heavy-tailed, as
+  real tool calls are), with ``--num-workers`` rollout threads: training wall clock (evaluations
+  excluded) and final held-out reward at equal steps.
+
+Every seed first trains one SFT warm start of the small random model (the pipeline of
+:mod:`prm_gym.training.learn`: a random model scores 0 and cannot learn from reward); every arm
+of that seed starts from that checkpoint with the same hyperparameters, so no arm gets tuning
+the other did not. Runs are cached by name under ``<output-dir>/runs/seed<k>/`` (the chain GRPO
+arm of *tree* is the process-reward arm of *process*: one run, read twice). Each comparison
+writes ``<output-dir>/<which>/summary.json`` and PNG plots with mean ± standard error across seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from prm_gym.training import compare_stats as st
+from prm_gym.training.config import AsyncConfig, EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
+from prm_gym.training.metrics import read_metrics
+
+OUTCOME_ONLY = "rule/math_equiv"
+SLOW_ENV = "prm/MathSlowTools-v0"
+COMPARISONS: dict[str, dict[str, str]] = {
+    "tree": {"chain GRPO": "grpo", "Tree-GRPO": "tree-grpo"},
+    "process": {"turn-level process": "grpo", "outcome only": "outcome-only"},
+    "async": {"sync": "sync", "async, staleness 1": "async-1", "async, staleness 2": "async-2"},
+}
+"""Comparison -> arm label -> run name (runs are shared between comparisons by name)."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--which", choices=[*COMPARISONS, "all"], default="all")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..n-1, each with its own warm start")
+    p.add_argument("--output-dir", default="runs/compare")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="train only this seed's warm start and runs, no summary (run seeds in parallel processes, "
+        "then once without --seed: finished runs are reused)",
+    )
+    p.add_argument("--hidden", type=int, default=64, help="the small random model's width")
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--demos", type=int, default=400, help="SFT demonstrations")
+    p.add_argument("--sft-steps", type=int, default=300, help="few on purpose: leaves room for RL to improve")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--tasks-per-step", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--eval-tasks", type=int, default=48)
+    p.add_argument("--eval-samples", type=int, default=2)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--trees", type=int, default=2, help="Tree-GRPO trees per task (M)")
+    p.add_argument("--expand-nodes", type=int, default=2, help="Tree-GRPO nodes expanded per round (N)")
+    p.add_argument("--num-workers", type=int, default=4, help="rollout threads of the async comparison")
+    p.add_argument("--latency-median-s", type=float, default=0.3)
+    p.add_argument("--latency-sigma", type=float, default=1.2)
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    return p.parse_args(argv)
+
+
+def warm_start(args: argparse.Namespace, seed: int) -> Path:
+    """The seed's SFT warm start (a transformers directory), trained once and reused by every arm."""
+    import torch
+
+    from prm_gym.training import learn
+
+    out = Path(args.output_dir) / "warm" / f"seed{seed}"
+    if (out / "sft" / "config.json").exists():
+        return out / "sft"
+    flags = ["--policy", "hf:tiny", "--seed", str(seed), "--hidden", str(args.hidden), "--layers", str(args.layers)]
+    flags += ["--demos", str(args.demos), "--sft-steps", str(args.sft_steps), "--tool-fraction", "0.9"]
+    flags += ["--sft-lr", "3e-3", "--sft-batch", "16"]
+    largs = learn.parse_args(flags)
+    torch.manual_seed(seed)
+    model, tok = learn.base_model(largs)
+    out.mkdir(parents=True, exist_ok=True)
+    return learn.warm_start(out, largs, model, tok)
+
+
+def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainConfig:
+    """What every arm shares: level-1 prm/Math-v0, the warm start, one learning rate, one eval."""
+    from prm_gym.training.learn import env_kwargs
+
+    tree = TreeConfig(num_trees=args.trees, expand_nodes=args.expand_nodes, expand_rounds=1)
+    return TrainConfig(
+        env="prm/Math-v0",
+        env_kwargs=json.dumps(env_kwargs([1])),
+        policy=f"hf:{policy_dir}",
+        tools_prompt="compact",
+        group_size=tree.leaves_per_task,
+        tasks_per_step=args.tasks_per_step,
+        steps=args.steps,
+        lr=args.lr,
+        seed=seed,
+        precision="bf16",
+        checkpoint_every=0,
+        tensorboard=False,
+        progress=False,
+        tree=tree,
+        sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=1024),
+        loss=LossConfig(micro_batch_size=16),
+        eval=EvalConfig(num_tasks=args.eval_tasks, samples=args.eval_samples, temperature=1.0, every=args.eval_every),
+    )
+
+
+def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainConfig:
+    """The run ``name``: the base config with the one thing its arm changes."""
+    if name == "grpo":
+        return base
+    if name == "tree-grpo":
+        return replace(base, algo="tree-grpo")
+    if name == "outcome-only":
+        return replace(base, judge=OUTCOME_ONLY)
+    latency = {"latency_median_s": args.latency_median_s, "latency_sigma": args.latency_sigma}
+    slow = replace(
+        base,
+        env=SLOW_ENV,
+        env_kwargs=json.dumps({**json.loads(base.env_kwargs), **latency}),
+        num_workers=args.num_workers,
+        eval=replace(base.eval, env_kwargs='{"split": "test", "latency_median_s": 0}'),  # eval plays no sleeps
+    )
+    staleness = {"sync": 0, "async-1": 1, "async-2": 2}[name]
+    return replace(slow, asynchronous=AsyncConfig(enabled=staleness > 0, max_staleness=max(staleness, 1)))
+
+
+def run_arm(name: str, cfg: TrainConfig, out: Path) -> list[dict[str, Any]]:
+    """Train ``cfg`` into ``out`` (skipped when a finished run with the same config is there)."""
+    from prm_gym.training.trainer import train
+
+    done = out / "done.json"
+    config = json.loads(json.dumps(asdict(cfg), default=str))
+    if done.exists() and json.loads(done.read_text())["config"] == config:
+        return read_metrics(out)
+    if out.exists():
+        for f in out.iterdir():
+            if f.is_file():
+                f.unlink()
+    print(f"== {out}", flush=True)
+    t0 = time.perf_counter()
+    train(replace(cfg, output_dir=str(out)))
+    done.write_text(json.dumps({"config": config, "wall_s": time.perf_counter() - t0}))
+    return read_metrics(out)
+
+
+def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path) -> dict[str, Any]:
+    """The comparison's summary (and plots) from each arm's per-seed metrics rows."""
+    curves = {arm: [st.curve(rows) for rows in seeds] for arm, seeds in runs.items()}
+    summary: dict[str, Any] = {"which": which, "arms": {}}
+    for arm, seeds in runs.items():
+        summary["arms"][arm] = {
+            "start_success": st.mean_se([c[0][2] for c in curves[arm]]),
+            "final_success": st.mean_se([st.final(rows, "eval/success") for rows in seeds]),
+            "final_eval_reward": st.mean_se([st.final(rows, "eval/reward") for rows in seeds]),
+            "generated_tokens": st.mean_se([c[-1][1] for c in curves[arm]]),
+            "train_s": st.mean_se([st.train_seconds(rows) for rows in seeds]),
+            "per_seed_final_success": [st.final(rows, "eval/success") for rows in seeds],
+        }
+    out.mkdir(parents=True, exist_ok=True)
+    by_step = {arm: st.by_step(c) for arm, c in curves.items()}
+    st.plot_curves(by_step, "training step", "held-out success", f"{which}: success vs steps", out / "success.png")
+    if which == "tree":
+        matched = st.at_tokens(curves)
+        summary["at_matched_tokens"] = matched
+        series = {arm: list(zip(matched["tokens"], matched[arm], strict=True)) for arm in curves}
+        st.plot_curves(
+            series, "generated tokens", "held-out success", "tree: success at matched tokens", out / "tokens.png"
+        )
+    if which == "async":
+        secs = {arm: summary["arms"][arm]["train_s"] for arm in runs}
+        summary["wall_clock_ratio_vs_sync"] = {arm: secs[arm]["mean"] / secs["sync"]["mean"] for arm in runs}
+        st.plot_bars(secs, "training seconds (evals excluded)", "async: wall clock at equal steps", out / "wall.png")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def compare(which: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run (or reuse) every arm of ``which`` for every seed, then summarise."""
+    root = Path(args.output_dir)
+    runs: dict[str, list[list[dict[str, Any]]]] = {arm: [] for arm in COMPARISONS[which]}
+    for seed in range(args.seeds) if args.seed is None else [args.seed]:
+        base = base_config(args, warm_start(args, seed), seed)
+        for arm, name in COMPARISONS[which].items():
+            runs[arm].append(run_arm(name, arm_config(name, base, args), root / "runs" / f"seed{seed}" / name))
+    if args.seed is not None:
+        return {}
+    summary = summarize(which, runs, root / which)
+    print(table(summary), flush=True)
+    return summary
+
+
+def table(summary: dict[str, Any]) -> str:
+    """A markdown table of the summary (mean ± s.e. across seeds)."""
+
+    def f(x: dict[str, Any], pct: bool = True) -> str:
+        return f"{x['mean']:.1%} ± {x['se']:.1%}" if pct else f"{x['mean']:.2f} ± {x['se']:.2f}"
+
+    lines = [
+        f"### {summary['which']}",
+        "| arm | held-out success, start | final | final eval reward | generated tokens | train s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, a in summary["arms"].items():
+        tok, sec = a["generated_tokens"], a["train_s"]
+        lines.append(
+            f"| {arm} | {f(a['start_success'])} | {f(a['final_success'])} | {f(a['final_eval_reward'], False)} "
+            f"| {tok['mean']:.0f} ± {tok['se']:.0f} | {sec['mean']:.0f} ± {sec['se']:.0f} |"
+        )
+    matched = summary.get("at_matched_tokens")
+    if matched:
+        arms = [a for a in summary["arms"]]
+        lines += ["", "| generated tokens | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+        for i, t in enumerate(matched["tokens"]):
+            lines.append(f"| {t:.0f} | " + " | ".join(f(matched[a][i]) for a in arms) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the comparisons asked for; returns ``{which: summary}``."""
+    import torch
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    order = ["process", "tree", "async"] if args.which == "all" else [args.which]
+    return {which: compare(which, args) for which in order}
+
+
+if __name__ == "__main__":
+    main()
