@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from prm_gym.envs.sql_tasks import generate_sql_tasks
 from prm_gym.rewards.protocol import score_batch
 from prm_gym.rewards.registry import make_judge
 from prm_gym.rewards.sql_match import gold_shape, sql_shape
+from prm_gym.rewards.sql_shape import SUBMITTED
 from prm_gym.rewards.types import Turn
 
 GOLDEN = Path(__file__).with_name("sql_verdicts.json")
@@ -133,6 +135,29 @@ def test_the_sql_judges_verdicts_are_those_of_the_old_code(tmp_path: Path) -> No
     assert len(got) == len(expected) == 134
     for old, new in zip(expected, got, strict=True):
         assert new == old, f"{old['pred']!r} against {old['gold']!r}"
+
+
+def test_each_query_is_parsed_once_whichever_judges_score_it_and_in_whatever_batches(tmp_path: Path) -> None:
+    """The judges of a step share one parse; so do the judges of a batch scored judge by judge
+    (TRL's reward functions), past the old 32-query cache, and texts that differ only in spacing."""
+    tag = uuid.uuid4().hex  # texts no earlier test has had parsed
+    cases = corpus(tmp_path)[len(SHOP_PREDS) + len(SHOP_GOLDS) :]  # the generated ones
+    answers = [format_answer(f"{pred} -- {tag} {i}") for i, (_, pred) in enumerate(cases)]
+    turns = [Turn(task, 0, a, parse_action(a), final=True) for (task, _), a in zip(cases, answers, strict=True)]
+    step = [make_judge(j) for j in (*JUDGES, "rule/sql_explore")]
+    before = SUBMITTED.parses
+    for turn in turns[:5]:  # one env step at a time: every judge, then the next turn
+        for judge in step:
+            score_batch(judge, [turn])
+    assert SUBMITTED.parses - before == 5
+    before = SUBMITTED.parses
+    for judge in step:  # a batch of 85, one judge after the other
+        score_batch(judge, turns[5:])
+    assert SUBMITTED.parses - before == 85
+    before = SUBMITTED.parses
+    spaced = [f"  {t.answer}\n" for t in turns]  # one more GRPO sample, with a space and a newline
+    assert [sql_shape(sql) for sql in spaced] == [sql_shape(t.answer or "") for t in turns]
+    assert SUBMITTED.parses == before
 
 
 if __name__ == "__main__":  # rewrite the golden file (only when a verdict is meant to change)
