@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 BEHIND = "Rows where the suite is behind its baseline (ratio below 1x), and why:"
-#: The closing section's title; a merge drops the old one (``run_all`` writes a new one).
+#: The closing section's title; a merge drops the old one (``run_all`` writes a new one, keeping the
+#: old one's rows of the benches not rerun: :func:`closing_rows`).
 CLOSING = "## Before and after"
 SKIPPED = "Rows that could not be run:"
 _SCRIPT_RE = re.compile(r"bench_(\w+)\.py:")
@@ -77,6 +78,12 @@ def table_rows(text: str) -> list[dict[str, str]]:
             keys = ("bench", "row", "ratio", "ours", "baseline", "unit")
             out.append(dict(zip(keys, [*cells[:2], cells[2].strip("*"), *cells[3:6]], strict=True)))
     return out
+
+
+def closing_rows(text: str) -> list[str]:
+    """The table rows (``| bench | row | before | after | unit |``) of a page's closing section."""
+    lines = text.split(f"\n{CLOSING}\n", 1)[1].splitlines() if f"\n{CLOSING}\n" in text else []
+    return [line for line in lines if line.startswith("| ") and not line.startswith("| bench |")]
 
 
 def _merge(old: list[str], new: list[str], names: set[str]) -> list[str]:

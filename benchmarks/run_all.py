@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from page_merge import CLOSING, merge_pages, table_rows
+from page_merge import CLOSING, bench_of, closing_rows, merge_pages, table_rows
 from result_line import parse
 
 HERE = Path(__file__).resolve().parent
@@ -111,8 +111,12 @@ def _pair(ratio: str, ours: str, base: str) -> str:
     return f"{ratio} ({ours} / {base})" if ratio not in ("", "-") else "-"
 
 
-def before_after(old_page: str, results: list[dict[str, Any]]) -> list[str]:
-    """The closing section: each measured row of this run beside its row on ``old_page``."""
+def before_after(old_page: str, results: list[dict[str, Any]], kept: list[str] | None = None) -> list[str]:
+    """The closing section: each measured row of this run beside its row on ``old_page``.
+
+    ``kept``: closing rows of benches this run did not rerun (``--update``), left as they were and
+    put in bench order among this run's rows.
+    """
     old: dict[tuple[str, str, int], dict[str, str]] = {}
     for cells in table_rows(old_page):
         n = sum(1 for b, r, _ in old if (b, r) == (cells["bench"], cells["row"]))
@@ -127,6 +131,7 @@ def before_after(old_page: str, results: list[dict[str, Any]]) -> list[str]:
         "| bench | row | before | after | unit |",
         "|---|---|---|---|---|",
     ]
+    rows: list[str] = []
     seen: dict[tuple[str, str], int] = {}
     for r in results:
         if r.get("skipped"):
@@ -139,8 +144,10 @@ def before_after(old_page: str, results: list[dict[str, Any]]) -> list[str]:
         after = _pair(
             "-" if r.get("ratio") is None else f"{float(r['ratio']):.2f}x", _num(r.get("ours")), _num(r.get("baseline"))
         )
-        lines.append(f"| {r['bench']} | {r['row']} | {before} | {after} | {r.get('unit', '')} |")
-    return [*lines, ""]
+        rows.append(f"| {r['bench']} | {r['row']} | {before} | {after} | {r.get('unit', '')} |")
+    if kept:
+        lines[6:6] = ["Rows of benches a partial rerun (`--update`) did not run stay as their last run wrote them.", ""]
+    return [*lines, *sorted([*(kept or []), *rows], key=bench_of), ""]  # stable: each bench keeps its order
 
 
 def run(script: Path, timeout_s: float) -> tuple[int, float, str]:
@@ -175,6 +182,32 @@ def page_head() -> list[str]:
         "settings). The closing section gives each row's figure before and after this run.",
         "",
     ]
+
+
+def assemble(
+    head: list[str],
+    rest: list[str],
+    results: list[dict[str, Any]],
+    before: str,
+    current: str = "",
+    rerun: set[str] | None = None,
+    only: str = "",
+) -> str:
+    """The page: ``head`` and ``rest`` (summary and raw output), then the before/after note against
+    ``before``. With ``current`` (the page ``--update`` rewrites), only the ``rerun`` benches' rows,
+    raw output and before/after rows are replaced in it; every other bench's stay as they were."""
+    page = "\n".join(head + rest) + "\n"
+    kept: list[str] = []
+    if current:
+        names = rerun or set()
+        at = next(i for i, line in enumerate(head) if line.startswith("Load average before"))
+        note = (
+            f"Rows of {', '.join(sorted(names))} rerun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+            f"(`run_all.py --only {only} --update`); for that rerun, l{head[at][1:]}"
+        )
+        page = merge_pages(current, page, names, note)
+        kept = [line for line in closing_rows(current) if bench_of(line) not in names]
+    return page.rstrip("\n") + "\n\n" + "\n".join(before_after(before, results, kept))
 
 
 def main() -> int:
@@ -223,14 +256,8 @@ def main() -> int:
     failed = sum(1 for _, why in failures if why.startswith("exit"))
     at = next(i for i, line in enumerate(head) if line.startswith("Load average before"))
     head[at] += f" Load average after: {load()}. The machine is shared (2 cores): compare ratios, not raw numbers."
-    page = "\n".join(head + summary(results, failures) + body) + "\n"
-    if args.update:
-        note = (
-            f"Rows of {', '.join(sorted(wanted))} rerun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
-            f"(`run_all.py --only {args.only} --update`); for that rerun, l{head[at][1:]}"
-        )
-        page = merge_pages(Path(args.out).read_text(), page, wanted, note)
-    page = page.rstrip("\n") + "\n\n" + "\n".join(before_after(old_page, results))
+    current = Path(args.out).read_text() if args.update else ""
+    page = assemble(head, summary(results, failures) + body, results, old_page, current, wanted, args.only)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(page)
     print(f"wrote {args.out} ({len(scripts)} scripts, {failed} failed)")

@@ -257,3 +257,26 @@ def test_before_after_note_pairs_each_row_with_its_old_row(monkeypatch: pytest.M
     merge = _load("page_merge")
     closed = old_page + "\n" + "\n".join(lines)
     assert merge.split_page(closed).rows == merge.split_page(old_page).rows  # the note is not a summary row
+
+
+def test_update_replaces_only_the_rerun_benches_rows_of_the_before_after_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # run_all imports its siblings, as when run as a script
+    run_all = _load("run_all")
+    row = {"baseline_name": "peer", "unit": "us", "better": "lower", "spread": ""}
+    first = [
+        {**row, "bench": "envs", "row": "step", "ours": 4.0, "baseline": 2.0, "ratio": 0.5},
+        {**row, "bench": "sql", "row": "checks", "ours": 2.0, "baseline": 4.0, "ratio": 2.0},
+    ]
+    head = run_all.page_head()
+    full = run_all.assemble(head, run_all.summary(first, []), first, "")  # a full run, on no earlier page
+    assert "| envs | step | new row | 0.50x (4 / 2) | us |" in full
+    rerun = [{**first[1], "ours": 1.0, "ratio": 4.0}]
+    for before in (full, "# an older page\n"):  # --before: the default (the page itself), or another page
+        page = run_all.assemble(head, run_all.summary(rerun, []), rerun, before, full, {"sql"}, "sql")
+        note = page.split(run_all.CLOSING)[1]
+        assert page.count(run_all.CLOSING) == 1
+        assert "| envs | step | new row | 0.50x (4 / 2) | us |" in note  # not rerun: kept as it was
+        sql = [line for line in note.splitlines() if line.startswith("| sql")]
+        assert sql == [f"| sql | checks | {'2.00x (2 / 4)' if before == full else 'new row'} | 4.00x (1 / 4) | us |"]
+        assert note.index("| envs |") < note.index("| sql |") and "partial rerun" in note
+        assert "| envs | step | **0.50x** |" in page and "| sql | checks | **4.00x** |" in page  # summary merged
