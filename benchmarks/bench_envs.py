@@ -67,7 +67,7 @@ from typing import Any
 from bench_search import served
 from envs_construction import construction, construction_goal
 from envs_notes import CONDITIONS, MISS_REASON, RESET_REASON
-from envs_sqlparse import goal_note, shape_cost, sqlglot_build
+from envs_sqlparse import goal_note, shape_pass, sqlglot_build
 from fresh_text import fresh_sql
 from peer_client import PeerSession, not_installed, peer_python
 from result_line import emit, median, settle, skipped, spread
@@ -321,6 +321,7 @@ def measure(
     }
     ours: dict[tuple[str, str], list[list[float]]] = {(f, c): [[], [], []] for f in forms(kind) for c in configs(kind)}
     theirs: dict[str, dict[str, Any]] = {p: {"step_us": [], "episode_us": []} for p in PEERS}
+    shapes: list[float] = []  # sql: one parse alone, timed in every round like the steps
     for rep in range(args.reps + 1):  # pass 0 of every side is the warm-up
         for (form, config), (steps, eps, verdicts) in ours.items():
             episodes = [
@@ -337,11 +338,13 @@ def measure(
                 for key in ("step_us", "episode_us"):
                     if rep and key in reply:
                         theirs[peer][key].append(reply[key])
+        if kind == "sql":
+            shapes.append(shape_pass([answer for _, answer in pairs], rep))
     counts = ", ".join(f"{PEERS.get(f, 'all')}: {len(subset(kind, f, pairs))}" for f in forms(kind))
     print(f"\n{ENV_IDS[kind]} ({kind}): episodes per pass ({counts}), {args.reps} passes after a warm-up, interleaved")
     parse_us = parse_cost(kind, pairs, args.reps)
     print(f"{ENV_IDS[kind]:<14} of our step, parse_action alone takes {parse_us:.1f} us")
-    shape_us = shape_cost([answer for _, answer in pairs], args.reps) if kind == "sql" else 0.0
+    shape_us = median(shapes[1:]) if kind == "sql" else 0.0
     if kind == "sql":
         print(f"{ENV_IDS[kind]:<14} of our default-judge step, one sqlglot parse alone takes {shape_us:.1f} us")
     if kind != "search_tool":

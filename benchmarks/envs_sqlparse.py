@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import sqlglot.parser
 from fresh_text import fresh_sql
-from result_line import median, settle
+from result_line import settle
 
 from prm_gym.rewards.sql_shape import normalise_sql, parse_shape
 
@@ -26,18 +26,16 @@ def sqlglot_build() -> str:
     return f"sqlglot {release}, " + ("compiled (sqlglotc)" if compiled else "pure Python (no sqlglotc)")
 
 
-def shape_cost(answers: list[str], reps: int) -> float:
-    """Median microseconds of one parse of a submitted query (what the default judges share), each
-    call on a query text no earlier call used, as in the timed steps."""
-    means: list[float] = []
-    for rep in range(reps + 1):
-        texts = [normalise_sql(fresh_sql(a, f"shape_r{rep}_{i}")) for i, a in enumerate(answers)]
-        settle()
-        t0 = time.perf_counter()
-        for text in texts:
-            parse_shape(text)
-        means.append((time.perf_counter() - t0) / len(texts) * 1e6)
-    return median(means[1:])
+def shape_pass(answers: list[str], rep: int) -> float:
+    """Mean microseconds of one parse of a submitted query (what the default judges share), each
+    call on a query text no earlier call used, as in the timed steps. bench_envs runs one such pass
+    in each round of its alternated passes, so the parse and the steps see the same load."""
+    texts = [normalise_sql(fresh_sql(a, f"shape_r{rep}_{i}")) for i, a in enumerate(answers)]
+    settle()
+    t0 = time.perf_counter()
+    for text in texts:
+        parse_shape(text)
+    return (time.perf_counter() - t0) / len(texts) * 1e6
 
 
 def goal_note(ours_us: float, theirs_us: float, shape_us: float) -> str:
