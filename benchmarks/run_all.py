@@ -283,7 +283,8 @@ def main() -> int:
     head[at] += f" Load average after: {load()}. The machine is shared (2 cores): compare ratios, not raw numbers."
     current = Path(args.out).read_text() if args.update else ""
     partial = frozenset(extra) if args.update else frozenset()
-    page = assemble(head, summary(results, failures) + body, results, old_page, current, wanted, args.only, partial)
+    only = args.only + "".join(f" --args {shlex.quote(a)}" for a in args.args)
+    page = assemble(head, summary(results, failures) + body, results, old_page, current, wanted, only, partial)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(page)
     print(f"wrote {args.out} ({len(scripts)} scripts, {failed} failed)")
