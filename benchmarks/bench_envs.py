@@ -67,6 +67,7 @@ from typing import Any
 from bench_search import served
 from envs_construction import construction, construction_goal
 from envs_notes import CONDITIONS, MISS_REASON, RESET_REASON
+from envs_sqlparse import goal_note, shape_pass, sqlglot_build
 from fresh_text import fresh_sql
 from peer_client import PeerSession, not_installed, peer_python
 from result_line import emit, median, settle, skipped, spread
@@ -261,16 +262,18 @@ def compare(
     theirs: dict[str, Any],
     extra: list[str],
     parse_us: float = 0.0,
+    shape_us: float = 0.0,
 ) -> None:
     """Print the human rows and the RESULT lines of one (env, peer) comparison.
 
     ``ours`` maps (form, config) to [step us per pass, episode us per pass, verdicts]; ``extra``
-    names the judges the default expression runs beyond the outcome judge.
+    names the judges the default expression runs beyond the outcome judge; ``parse_us`` and
+    ``shape_us`` are what parse_action and (SQL) the sqlglot parse alone take of our step.
     """
     label, env_id = PEERS[peer], ENV_IDS[kind]
     form = peer if kind == "math" else "any"
     base = f"{label} {theirs.get('version', '')} {theirs['env']}".replace("  ", " ")
-    cond = "; ".join(filter(None, [SAME, CONDITIONS[(kind, form)]]))
+    cond = "; ".join(filter(None, [SAME, CONDITIONS[(kind, form)], sqlglot_build() if kind == "sql" else ""]))
     rows = [(c, 0, "step_us", ROWS[c].format(judge=OUTCOME_ONLY.get(kind, ""))) for c in configs(kind)]
     if kind != "search_tool":
         rows.append(("outcome", 1, "episode_us", f"reset + answer step, {OUTCOME_ONLY[kind]} only"))
@@ -286,6 +289,8 @@ def compare(
             if config == "default" or kind != "sql":
                 why = "; ".join(filter(None, [MISS_REASON.get((peer, kind), "").format(parse=f"{parse_us:.1f}"), why]))
             note = "; ".join(filter(None, [note, why]))
+        if kind == "sql" and config == "default" and peer == "skyrl":
+            note = "; ".join(filter(None, [note, goal_note(o, t, shape_us)]))
         spreads = f"ours {spread(mine)}, {label} {spread(theirs[key])}"
         emit("envs", f"{env_id} {what}", o, t, f"{base}, {cond}", "us", "lower", spreads, note)
     if kind == "search_tool":
@@ -316,6 +321,7 @@ def measure(
     }
     ours: dict[tuple[str, str], list[list[float]]] = {(f, c): [[], [], []] for f in forms(kind) for c in configs(kind)}
     theirs: dict[str, dict[str, Any]] = {p: {"step_us": [], "episode_us": []} for p in PEERS}
+    shapes: list[float] = []  # sql: one parse alone, timed in every round like the steps
     for rep in range(args.reps + 1):  # pass 0 of every side is the warm-up
         for (form, config), (steps, eps, verdicts) in ours.items():
             episodes = [
@@ -332,10 +338,15 @@ def measure(
                 for key in ("step_us", "episode_us"):
                     if rep and key in reply:
                         theirs[peer][key].append(reply[key])
+        if kind == "sql":
+            shapes.append(shape_pass([answer for _, answer in pairs], rep))
     counts = ", ".join(f"{PEERS.get(f, 'all')}: {len(subset(kind, f, pairs))}" for f in forms(kind))
     print(f"\n{ENV_IDS[kind]} ({kind}): episodes per pass ({counts}), {args.reps} passes after a warm-up, interleaved")
     parse_us = parse_cost(kind, pairs, args.reps)
     print(f"{ENV_IDS[kind]:<14} of our step, parse_action alone takes {parse_us:.1f} us")
+    shape_us = median(shapes[1:]) if kind == "sql" else 0.0
+    if kind == "sql":
+        print(f"{ENV_IDS[kind]:<14} of our default-judge step, one sqlglot parse alone takes {shape_us:.1f} us")
     if kind != "search_tool":
         construction(ENV_IDS[kind], peers, args.reps)
     for peer, session in peers.items():
@@ -347,7 +358,7 @@ def measure(
             print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer]}: skipped, {reply['error']}")
             skipped("envs", f"{ENV_IDS[kind]} ({kind}) vs {PEERS[peer]}", PEERS[peer], str(reply["error"]), "us")
             continue
-        compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks, where), parse_us)
+        compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks, where), parse_us, shape_us)
 
 
 def main() -> None:

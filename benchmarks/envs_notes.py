@@ -27,8 +27,8 @@ MISS_REASON = {
     ("skyrl", "search"): "skyrl's SearchEnv answer step is a substring check, one regex and a SQuAD-normalised "
     "compare; ours also parses the whole turn and builds the info contract (reward terms, judge/parse/tool "
     "diagnostics, retrieval stats)",
-    ("skyrl", "sql"): "with the default judges ours also parses the submitted query with sqlglot (pure Python, "
-    "a few hundred us) for the syntax and schema-link partial credit that skyrl-gym does not give",
+    ("skyrl", "sql"): "with the default judges ours also parses the submitted query with sqlglot (once, shared by "
+    "the judges) for the syntax and schema-link partial credit that skyrl-gym does not give",
 }
 #: Why a reset + step row can still lose: what our reset does that the peer's does not.
 RESET_REASON = {

@@ -11,10 +11,12 @@ so rerunning one script does not cost a rerun of all of them.
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 BEHIND = "Rows where the suite is behind its baseline (ratio below 1x), and why:"
-#: The closing section's title; a merge drops the old one (``run_all`` writes a new one).
+#: The closing section's title; a merge drops the old one (``run_all`` writes a new one, keeping the
+#: old one's rows of the benches not rerun: :func:`closing_rows`).
 CLOSING = "## Before and after"
 SKIPPED = "Rows that could not be run:"
 _SCRIPT_RE = re.compile(r"bench_(\w+)\.py:")
@@ -69,35 +71,86 @@ def split_page(text: str) -> Page:
 
 
 def table_rows(text: str) -> list[dict[str, str]]:
-    """The summary table's rows of a page: bench, row, ratio (bold removed), ours, baseline, unit."""
+    """The summary table's rows of a page: bench, row, ratio (bold removed), ours, baseline, unit, and
+    ``peer``: the baseline's name before its conditions (see :func:`baseline_head`)."""
     out = []
     for line in split_page(text).rows:
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         if len(cells) >= 6:
             keys = ("bench", "row", "ratio", "ours", "baseline", "unit")
-            out.append(dict(zip(keys, [*cells[:2], cells[2].strip("*"), *cells[3:6]], strict=True)))
+            row = dict(zip(keys, [*cells[:2], cells[2].strip("*"), *cells[3:6]], strict=True))
+            out.append(row | {"peer": baseline_head(cells[6]) if len(cells) > 6 else ""})
     return out
 
 
-def _merge(old: list[str], new: list[str], names: set[str]) -> list[str]:
-    """``old`` without the lines of ``names``, plus ``new``'s lines of ``names``, in bench order."""
-    kept = [line for line in old if bench_of(line) not in names] + [line for line in new if bench_of(line) in names]
+def baseline_head(baseline_is: str) -> str:
+    """A row's baseline name without its conditions: the text up to the first ``,`` or ``;``."""
+    return re.split(r"[,;]", baseline_is)[0].strip()
+
+
+def closing_rows(text: str) -> list[str]:
+    """The table rows (``| bench | row | before | after | unit |``) of a page's closing section."""
+    lines = text.split(f"\n{CLOSING}\n", 1)[1].splitlines() if f"\n{CLOSING}\n" in text else []
+    return [line for line in lines if line.startswith("| ") and not line.startswith("| bench |")]
+
+
+def row_prefix(line: str) -> str:
+    """What identifies a summary row across runs, as its bullets open: ``- <bench> / <row> vs
+    <baseline>`` (the baseline's name up to its first ``,`` or ``;``, before the conditions)."""
+    cells = line.strip().strip("|").split(" | ")
+    return f"- {cells[0].strip()} / {cells[1].strip()} vs {baseline_head(cells[6])}"
+
+
+def _redone(new: Page, partial: frozenset[str]) -> set[str]:
+    """The rows a partial rerun of the benches ``partial`` measured (:func:`row_prefix`), and the
+    rows it could not run (a skipped row's bullet before its reason)."""
+    rows = {row_prefix(line) for line in new.rows if bench_of(line) in partial}
+    return rows | {line.split(": ", 1)[0] for line in new.skipped if bench_of(line) in partial}
+
+
+def _merge(
+    old: list[str],
+    new: list[str],
+    names: set[str],
+    partial: frozenset[str] = frozenset(),
+    redone: AbstractSet[str] = frozenset(),
+) -> list[str]:
+    """``old`` without the lines of ``names``, plus ``new``'s lines of ``names``, in bench order.
+
+    A bench in ``partial`` was rerun on part of its rows: only its old lines about the rows
+    ``redone`` go.
+    """
+
+    def stays(line: str) -> bool:
+        if bench_of(line) not in partial:
+            return bench_of(line) not in names
+        if line.startswith("| "):
+            return row_prefix(line) not in redone
+        return not any(line.startswith(p) for p in redone)
+
+    kept = [line for line in old if stays(line)] + [line for line in new if bench_of(line) in names]
     return sorted(kept, key=bench_of)  # stable: each bench keeps its own rows' order
 
 
-def merge_pages(old_text: str, new_text: str, names: set[str], note: str) -> str:
-    """The old page with the benches ``names`` replaced by the new page's, and ``note`` added to its head."""
+def merge_pages(old_text: str, new_text: str, names: set[str], note: str, partial: frozenset[str] = frozenset()) -> str:
+    """The old page with the benches ``names`` replaced by the new page's, and ``note`` added to its head.
+
+    Benches in ``partial`` were rerun on part of their rows (``run_all.py --args``): their other
+    rows and their old raw output stay; the rerun's raw output is its own section.
+    """
     old, new = split_page(old_text), split_page(new_text)
     head = list(old.head)
     while head and not head[-1]:
         head.pop()
-    lines = [*head, note, "", *(old.intro or new.intro), *_merge(old.rows, new.rows, names)]
+    redone = _redone(new, partial)
+    lines = [*head, note, "", *(old.intro or new.intro), *_merge(old.rows, new.rows, names, partial, redone)]
     for title, part in ((BEHIND, "behind"), (SKIPPED, "skipped")):
-        bullets = _merge(getattr(old, part), getattr(new, part), names)
+        bullets = _merge(getattr(old, part), getattr(new, part), names, partial, redone)
         if bullets:
             lines += ["", title, "", *bullets]
     lines += ["", "## Raw output", ""]
-    raw = {k: v for k, v in old.raw.items() if k not in names} | {k: v for k, v in new.raw.items() if k in names}
+    raw = {k: v for k, v in old.raw.items() if k.split(" ")[0] not in names or k in partial}
+    raw |= {k: v for k, v in new.raw.items() if k.split(" ")[0] in names}
     for name in sorted(raw):
         section = list(raw[name])
         while section and not section[-1]:

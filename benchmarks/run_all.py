@@ -7,11 +7,13 @@ so they do not disturb each other), gathers every ``RESULT`` line into ONE summa
 of the page (ratio, raw numbers, what the baseline is), lists the rows that could not be run with
 the reason, and pastes each script's raw output below.
 
-    python benchmarks/run_all.py [--only sql,search [--update]] [--out docs/benchmarks.md]
+    python benchmarks/run_all.py [--only sql,search [--update]] [--args 'envs=--kinds sql'] [--out docs/benchmarks.md]
 
 With ``--update``, only the ``--only`` benches' rows and raw output are replaced in the existing
 page (``benchmarks/page_merge.py``); every other bench's rows stay as they were, and the page's head
-says which benches were rerun, when, and under what load.
+says which benches were rerun, when, and under what load. ``--args NAME=ARGS`` passes arguments to
+one bench (``envs=--kinds sql,math``); with ``--update``, only the rows that run prints replace
+theirs, the bench's other rows and raw output stay, and the rerun's raw output gets its own section.
 
 The page closes with "Before and after": every row of this run beside the same row of the page it
 replaces (``--before``, default the ``--out`` page as it was), matched by bench, row name (or the
@@ -23,13 +25,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from page_merge import CLOSING, merge_pages, table_rows
+from page_merge import CLOSING, baseline_head, bench_of, closing_rows, merge_pages, table_rows
 from result_line import parse
 
 HERE = Path(__file__).resolve().parent
@@ -111,12 +115,15 @@ def _pair(ratio: str, ours: str, base: str) -> str:
     return f"{ratio} ({ours} / {base})" if ratio not in ("", "-") else "-"
 
 
-def before_after(old_page: str, results: list[dict[str, Any]]) -> list[str]:
-    """The closing section: each measured row of this run beside its row on ``old_page``."""
-    old: dict[tuple[str, str, int], dict[str, str]] = {}
+def before_after(old_page: str, results: list[dict[str, Any]], kept: list[str] | None = None) -> list[str]:
+    """The closing section: each measured row of this run beside its row on ``old_page``.
+
+    ``kept``: closing rows of benches this run did not rerun (``--update``), left as they were and
+    put in bench order among this run's rows.
+    """
+    old: dict[tuple[str, str], list[dict[str, str]]] = {}
     for cells in table_rows(old_page):
-        n = sum(1 for b, r, _ in old if (b, r) == (cells["bench"], cells["row"]))
-        old[(cells["bench"], cells["row"], n)] = cells
+        old.setdefault((cells["bench"], cells["row"]), []).append(cells)
     lines = [
         CLOSING,
         "",
@@ -127,27 +134,34 @@ def before_after(old_page: str, results: list[dict[str, Any]]) -> list[str]:
         "| bench | row | before | after | unit |",
         "|---|---|---|---|---|",
     ]
-    seen: dict[tuple[str, str], int] = {}
+    rows: list[str] = []
+    seen: dict[tuple[str, str, str], int] = {}
     for r in results:
         if r.get("skipped"):
             continue
         name = str(r.get("formerly") or r["row"])
-        n = seen.get((r["bench"], name), 0)
-        seen[(r["bench"], name)] = n + 1
-        was = old.get((r["bench"], name, n))
+        same = old.get((r["bench"], name), [])
+        peer = baseline_head(str(r.get("baseline_name", "")))
+        if any(cells["peer"] == peer for cells in same):  # a row name shared by several baselines
+            same = [cells for cells in same if cells["peer"] == peer]
+        n = seen.get((r["bench"], name, peer), 0)
+        seen[(r["bench"], name, peer)] = n + 1
+        was = same[n] if n < len(same) else None
         before = _pair(was["ratio"], was["ours"], was["baseline"]) if was else "new row"
         after = _pair(
             "-" if r.get("ratio") is None else f"{float(r['ratio']):.2f}x", _num(r.get("ours")), _num(r.get("baseline"))
         )
-        lines.append(f"| {r['bench']} | {r['row']} | {before} | {after} | {r.get('unit', '')} |")
-    return [*lines, ""]
+        rows.append(f"| {r['bench']} | {r['row']} | {before} | {after} | {r.get('unit', '')} |")
+    if kept:
+        lines[6:6] = ["Rows a partial rerun (`--update`) did not measure stay as their last run wrote them.", ""]
+    return [*lines, *sorted([*(kept or []), *rows], key=bench_of), ""]  # stable: each bench keeps its order
 
 
-def run(script: Path, timeout_s: float) -> tuple[int, float, str]:
+def run(script: Path, timeout_s: float, extra: Sequence[str] = ()) -> tuple[int, float, str]:
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=timeout_s, cwd=HERE.parent
+            [sys.executable, str(script), *extra], capture_output=True, text=True, timeout=timeout_s, cwd=HERE.parent
         )
         code, out = proc.returncode, proc.stdout + (f"\n[stderr]\n{proc.stderr[-2000:]}" if proc.returncode else "")
     except subprocess.TimeoutExpired as exc:
@@ -177,6 +191,40 @@ def page_head() -> list[str]:
     ]
 
 
+def assemble(
+    head: list[str],
+    rest: list[str],
+    results: list[dict[str, Any]],
+    before: str,
+    current: str = "",
+    rerun: set[str] | None = None,
+    only: str = "",
+    partial: frozenset[str] = frozenset(),
+) -> str:
+    """The page: ``head`` and ``rest`` (summary and raw output), then the before/after note against
+    ``before``. With ``current`` (the page ``--update`` rewrites), only the ``rerun`` benches' rows,
+    raw output and before/after rows are replaced in it; every other bench's stay as they were. A
+    bench in ``partial`` ran on part of its rows (``--args``): its rows this run did not measure stay."""
+    page = "\n".join(head + rest) + "\n"
+    kept: list[str] = []
+    if current:
+        names = rerun or set()
+        at = next(i for i, line in enumerate(head) if line.startswith("Load average before"))
+        note = (
+            f"Rows of {', '.join(sorted(names))} rerun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+            f"(`run_all.py --only {only} --update`); for that rerun, l{head[at][1:]}"
+        )
+        page = merge_pages(current, page, names, note, partial)
+        measured = {(str(r.get("bench")), str(r.get("formerly") or r["row"])) for r in results}
+        kept = [
+            line
+            for line in closing_rows(current)
+            if bench_of(line) not in names
+            or (bench_of(line) in partial and (bench_of(line), line.split(" | ")[1].strip()) not in measured)
+        ]
+    return page.rstrip("\n") + "\n\n" + "\n".join(before_after(before, results, kept))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated names, e.g. sql,search (default: all)")
@@ -185,6 +233,13 @@ def main() -> int:
     ap.add_argument("--update", action="store_true", help="with --only: replace only those benches in --out")
     ap.add_argument(
         "--before", default="", help="the page the closing before/after note compares with (default: --out)"
+    )
+    ap.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="arguments for one bench, e.g. 'envs=--kinds sql,math'; with --update only the rows it prints change",
     )
     args = ap.parse_args()
     before_path = Path(args.before or args.out)
@@ -197,6 +252,7 @@ def main() -> int:
     if not scripts:
         print(f"no benchmark matches --only {args.only!r}", file=sys.stderr)
         return 2
+    extra = dict(item.split("=", 1) for item in args.args)
     head = page_head()
     body: list[str] = ["## Raw output", ""]
     results: list[dict[str, Any]] = []
@@ -204,8 +260,8 @@ def main() -> int:
     for script in scripts:
         print(f"running {script.name} ...", flush=True)
         before = load()
-        code, seconds, out = run(script, args.timeout)
         name = script.stem.removeprefix("bench_")
+        code, seconds, out = run(script, args.timeout, shlex.split(extra.get(name, "")))
         found = parse(out)
         for r in found:
             r.setdefault("bench", name)
@@ -217,20 +273,18 @@ def main() -> int:
             failures.append((script.name, "printed no RESULT line"))
         status = "ok" if code == 0 else f"exit {code}"
         raw = "\n".join(ln for ln in out.rstrip().splitlines() if not ln.startswith("RESULT "))
-        body += [f"### {name}", "", f"`{script.name}`: {status}, {seconds:.0f} s, load average before it {before}.", ""]
+        title = f"{name} (rerun with {extra[name]})" if name in extra else name
+        took = f"`{script.name}`: {status}, {seconds:.0f} s, load average before it {before}."
+        body += [f"### {title}", "", took, ""]
         body += ["```", raw, "```", ""]
         print(out.rstrip())
     failed = sum(1 for _, why in failures if why.startswith("exit"))
     at = next(i for i, line in enumerate(head) if line.startswith("Load average before"))
     head[at] += f" Load average after: {load()}. The machine is shared (2 cores): compare ratios, not raw numbers."
-    page = "\n".join(head + summary(results, failures) + body) + "\n"
-    if args.update:
-        note = (
-            f"Rows of {', '.join(sorted(wanted))} rerun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
-            f"(`run_all.py --only {args.only} --update`); for that rerun, l{head[at][1:]}"
-        )
-        page = merge_pages(Path(args.out).read_text(), page, wanted, note)
-    page = page.rstrip("\n") + "\n\n" + "\n".join(before_after(old_page, results))
+    current = Path(args.out).read_text() if args.update else ""
+    partial = frozenset(extra) if args.update else frozenset()
+    only = args.only + "".join(f" --args {shlex.quote(a)}" for a in args.args)
+    page = assemble(head, summary(results, failures) + body, results, old_page, current, wanted, only, partial)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(page)
     print(f"wrote {args.out} ({len(scripts)} scripts, {failed} failed)")

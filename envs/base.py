@@ -49,6 +49,10 @@ MAX_OBS_CHARS = 1 << 20
 #: The most judge verdicts memoised per env (and its forks), oldest evicted first.
 MAX_MEMO = 65_536
 _RESPONSE_TAGS = ("<tool_response>", "</tool_response>")
+#: Builds a :class:`Turn` from a tuple of all its fields: half the cost of ``Turn(...)``, whose
+#: generated ``__new__`` is a Python function (the env builds one every step).
+_new_turn = tuple.__new__
+_isfinite = math.isfinite
 
 
 def cap_text(text: str, limit: int) -> str:
@@ -118,10 +122,11 @@ class ToolEnv(gym.Env[str, str]):
             (w, make_judge(jid, **kw.get(jid, {}))) for w, jid in self.judge_spec.items
         ]
         self.reward_terms: list[str] = list(dict.fromkeys(j.term for _, j in self.judges))
-        self._term_keys = tuple((term, f"reward_{term}") for term in self.reward_terms)
-        # (name, term, weight, final-only, memoised, one-turn scorer) per judge: resolved once, not every step
+        #: Each step's terms start as a copy of this, keyed as info reports them (``reward_<term>``).
+        self._zero_terms = {f"reward_{term}": 0.0 for term in self.reward_terms}
+        # (name, info key, weight, final-only, memoised, one-turn scorer) per judge: resolved once, not every step
         self._judge_plan = tuple(
-            (j.name, j.term, w, j.scope == "final", bool(getattr(j, "memoize", True)), turn_scorer(j))
+            (j.name, f"reward_{j.term}", w, j.scope == "final", bool(getattr(j, "memoize", True)), turn_scorer(j))
             for w, j in self.judges
         )
         self.max_turns = max_turns
@@ -234,22 +239,23 @@ class ToolEnv(gym.Env[str, str]):
         index = len(self._actions)
         truncated = not terminated and index + 1 >= self.max_turns
         obs = self.observe(parsed, results, terminated)
-        turn = Turn(self._task, index, parsed.text, parsed, tuple(results), tuple(self._history), terminated)
-        terms, judge_info, judge_failed = self._judge(turn)
+        done_calls = tuple(results)
+        turn = _new_turn(Turn, (self._task, index, parsed.text, parsed, done_calls, tuple(self._history), terminated))
+        info, judge_info, judge_failed = self._judge(turn)  # info starts as the reward terms
+        reward = weighted_sum(info)
         infra = judge_failed or (bool(results) and any(r.infra_error for r in results))
         self._actions.append(parsed.text)
-        self._tool_log.append(tuple(results))
+        self._tool_log.append(done_calls)
         self._history.append((parsed.text, obs))
         self._done = terminated or truncated
-        info: dict[str, Any] = {key: terms[term] for term, key in self._term_keys}
         info["reward_status"] = "infra_error" if infra else "ok"
         info["task_id"] = self._task.id
         info["turn"] = index + 1
         info["answer"] = parsed.answer if terminated and parsed.answer is not None else ""
         info["judge"] = judge_info
         info["parse"] = {"ok": ok, "issues": ",".join([i.code for i in parsed.issues]) if parsed.issues else ""}
-        info["tool"] = _tool_info(results)
-        return obs, weighted_sum(terms), terminated, truncated, info
+        info["tool"] = _tool_info(results) if results else _NO_CALLS.copy()
+        return obs, reward, terminated, truncated, info
 
     def observe(self, parsed: ParsedAction, results: Sequence[ToolResult], terminated: bool) -> str:
         """The observation after a turn: format errors, or the tool results."""
@@ -352,15 +358,16 @@ class ToolEnv(gym.Env[str, str]):
             raise box["error"]
         return box.get("value")
 
-    def _judge(self, turn: Turn) -> tuple[dict[str, float], dict[str, dict[str, Any]], bool]:
-        terms = dict.fromkeys(self.reward_terms, 0.0)
+    def _judge(self, turn: Turn) -> tuple[dict[str, Any], dict[str, dict[str, Any]], bool]:
+        """The turn's weighted terms (keyed ``reward_<term>``), each judge's info, and whether one failed."""
+        terms: dict[str, Any] = self._zero_terms.copy()
         info: dict[str, dict[str, Any]] = {}
         failed = False
         key: str | None = None
         final = turn.final
         if self._deferred:
             self._pending.append(turn)
-        for name, term, weight, final_only, memo, scorer in self._judge_plan:  # cheap rule judges do not memoise
+        for name, term_key, weight, final_only, memo, scorer in self._judge_plan:  # cheap rule judges do not memoise
             if final_only and not final:
                 continue
             if name in self._deferred:
@@ -374,7 +381,9 @@ class ToolEnv(gym.Env[str, str]):
                     if verdict is None:
                         verdict = self._remember((name, key), _checked(name, scorer(turn)))
                 else:
-                    verdict = _checked(name, scorer(turn))
+                    verdict = scorer(turn)
+                    if not _isfinite(verdict.score):
+                        _checked(name, verdict)  # raises
             except InfraError as exc:  # an outside service failed: infrastructure, never the agent's score
                 failed = True
                 info[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -384,7 +393,7 @@ class ToolEnv(gym.Env[str, str]):
                     f"raised by judge {name!r} on task {turn.task.id!r}, turn {turn.index + 1}: a bug in the judge"
                 )
                 raise
-            terms[term] += weight * verdict.score
+            terms[term_key] += weight * verdict.score
             info[name] = verdict.as_info()
         return terms, info, failed
 

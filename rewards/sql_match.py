@@ -28,16 +28,10 @@ and cached within bounds (:mod:`prm_gym.rewards.sql_results`): a submitted resul
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
-
-import sqlglot
-from sqlglot import exp
 
 from prm_gym.core.errors import ConfigError, InfraError, JudgeError, ToolError
 from prm_gym.core.parsing import parse_action
@@ -54,64 +48,27 @@ from prm_gym.rewards.sql_results import (
     results_match,
     rows_bytes,
 )
+from prm_gym.rewards.sql_shape import SQLShape, gold_orders, gold_shape, is_read_only_query, sql_shape
 from prm_gym.rewards.types import Turn, Verdict
 from prm_gym.sandbox.sql_db import Database
 from prm_gym.sandbox.sql_open import open_database
 
-_ORDER_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)
 _MAX_OPEN = 32
-
-
-@dataclass(frozen=True)
-class SQLShape:
-    """What one sqlglot parse of a query tells the judges.
-
-    Attributes:
-        read_only: sqlglot parses exactly one SELECT / set-operation statement.
-        items: the tables and columns it mentions (``table:<name>``, ``column:<name>``, lower-cased),
-            or None when it does not parse.
-        orders: the outermost query has an ORDER BY (so row order matters).
-    """
-
-    read_only: bool
-    items: frozenset[str] | None
-    orders: bool
-
-
-def _shape(sql: str) -> SQLShape:
-    """Parse ``sql`` once and read everything the judges need from the tree."""
-    sql = repair_spacing(sql)
-    try:
-        trees = sqlglot.parse(sql, read="sqlite")
-    except Exception:
-        return SQLShape(False, None, bool(_ORDER_RE.search(sql)))
-    if not trees or trees[0] is None:
-        return SQLShape(False, None, bool(_ORDER_RE.search(sql)))
-    found = [t for t in trees if t is not None]
-    read_only = len(found) == 1 and isinstance(found[0], exp.Query)
-    tree = exp.Block(expressions=trees) if len(trees) > 1 else trees[0]  # what sqlglot.parse_one returns
-    ctes, tables, columns = set(), [], set()
-    for node in tree.walk():
-        if isinstance(node, exp.CTE):
-            ctes.add(node.alias_or_name.lower())
-        elif isinstance(node, exp.Table):
-            tables.append(node.name.lower())
-        elif isinstance(node, exp.Column) and node.name:
-            columns.add(f"column:{node.name.lower()}")
-    items = frozenset({f"table:{t}" for t in tables if t not in ctes} | columns)
-    return SQLShape(read_only, items, tree.args.get("order") is not None)
-
-
-#: Submitted queries: a small cache, so a query is parsed once per turn however many judges read it
-#: (and once for a run of identical submissions, as in a GRPO group), not across a whole epoch.
-sql_shape = lru_cache(maxsize=32)(_shape)
-#: Gold queries never change: parsed once per task for the life of the process.
-gold_shape = lru_cache(maxsize=16384)(_shape)
-
-
-def gold_orders(sql: str) -> bool:
-    """True when the outermost query of ``sql`` has an ORDER BY (so row order matters)."""
-    return gold_shape(sql).orders
+__all__ = [  # the query-shape helpers live in prm_gym.rewards.sql_shape and are re-exported here
+    "DATABASES",
+    "ExecutionMatchJudge",
+    "ExploreJudge",
+    "ResultOverlapJudge",
+    "SQLShape",
+    "SchemaLinkJudge",
+    "SyntaxJudge",
+    "gold_orders",
+    "gold_shape",
+    "is_read_only_query",
+    "row_f1",
+    "rows_match",
+    "sql_shape",
+]
 
 
 def rows_match(
@@ -132,18 +89,13 @@ def rows_match(
 
 def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
     """F1 of the rows of two results taken as multisets; 1.0 when both are empty."""
-    if not gold and not pred:
-        return 1.0
+    if not gold or not pred:
+        return float(not gold and not pred)
     same = sum((Counter(gold) & Counter(pred)).values())
     if same == 0:
         return 0.0
     p, r = same / len(pred), same / len(gold)
     return 2 * p * r / (p + r)
-
-
-def is_read_only_query(sql: str) -> bool:
-    """True when sqlglot parses ``sql`` as exactly one SELECT / set operation query."""
-    return sql_shape(sql).read_only
 
 
 def _db_key(turn: Turn) -> str:
@@ -222,6 +174,9 @@ class _SQLJudge(TurnJudge):
     """Args: ``timeout_s`` per query; ``max_rows`` and ``max_bytes`` bound each result compared."""
 
     name = "rule/sql"
+    #: Deterministic on read-only databases, and the query's rows and parse are cached here already:
+    #: recomputing on a fork's replay beats hashing every turn (its prompt holds the schema) to memoise.
+    memoize = False
 
     def __init__(self, timeout_s: float = 5.0, max_rows: int = 100_000, max_bytes: int = 32 << 20):
         if max_rows < 1 or max_bytes < 1:
@@ -298,7 +253,8 @@ class ResultOverlapJudge(_SQLJudge):
         pred, why = DATABASES.predicted(turn, self.timeout_s, self.limits)
         if pred is None:
             return Verdict(0.0, detail=why)
-        return Verdict(max(row_f1(gold, pred), row_f1(gold, aligned_columns(gold, pred))))
+        f1 = row_f1(gold, pred)
+        return Verdict(f1 if f1 == 1.0 else max(f1, row_f1(gold, aligned_columns(gold, pred))))
 
 
 class ExploreJudge(_SQLJudge):

@@ -82,6 +82,11 @@ class ParsedAction(NamedTuple):
         return "\n".join(f"Format error ({i.code}): {i.message}" for i in self.issues)
 
 
+#: Builds a :class:`ParsedAction` from a tuple of all its fields, for the fast paths of
+#: :func:`parse_action`: half the cost of ``ParsedAction(...)``, whose ``__new__`` is a Python function.
+_new_parsed = tuple.__new__
+
+
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     """Render a tool call the way the parser expects it."""
     return f"<tool_call>{ToolCall(name, arguments).to_json()}</tool_call>"
@@ -273,10 +278,10 @@ def parse_action(
         short = _short_answer_pattern(answer_tag) if len(action) <= _SHORT else None
         found = short.fullmatch(action) if short is not None else None
         if found is not None:
-            return ParsedAction(action, (), found.group(1).strip())
+            return _new_parsed(ParsedAction, (action, (), found.group(1).strip(), ()))
         answer = _fast_answer(action, answer_tag)
         if answer is not None:
-            return ParsedAction(action, (), answer)
+            return _new_parsed(ParsedAction, (action, (), answer, ()))
     return parse_general(action, answer_tag=answer_tag, max_chars=max_chars, max_tool_calls=max_tool_calls)
 
 

@@ -257,3 +257,58 @@ def test_before_after_note_pairs_each_row_with_its_old_row(monkeypatch: pytest.M
     merge = _load("page_merge")
     closed = old_page + "\n" + "\n".join(lines)
     assert merge.split_page(closed).rows == merge.split_page(old_page).rows  # the note is not a summary row
+
+
+def test_update_replaces_only_the_rerun_benches_rows_of_the_before_after_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # run_all imports its siblings, as when run as a script
+    run_all = _load("run_all")
+    row = {"baseline_name": "peer", "unit": "us", "better": "lower", "spread": ""}
+    first = [
+        {**row, "bench": "envs", "row": "step", "ours": 4.0, "baseline": 2.0, "ratio": 0.5},
+        {**row, "bench": "sql", "row": "checks", "ours": 2.0, "baseline": 4.0, "ratio": 2.0},
+    ]
+    head = run_all.page_head()
+    full = run_all.assemble(head, run_all.summary(first, []), first, "")  # a full run, on no earlier page
+    assert "| envs | step | new row | 0.50x (4 / 2) | us |" in full
+    rerun = [{**first[1], "ours": 1.0, "ratio": 4.0}]
+    for before in (full, "# an older page\n"):  # --before: the default (the page itself), or another page
+        page = run_all.assemble(head, run_all.summary(rerun, []), rerun, before, full, {"sql"}, "sql")
+        note = page.split(run_all.CLOSING)[1]
+        assert page.count(run_all.CLOSING) == 1
+        assert "| envs | step | new row | 0.50x (4 / 2) | us |" in note  # not rerun: kept as it was
+        sql = [line for line in note.splitlines() if line.startswith("| sql")]
+        assert sql == [f"| sql | checks | {'2.00x (2 / 4)' if before == full else 'new row'} | 4.00x (1 / 4) | us |"]
+        assert note.index("| envs |") < note.index("| sql |") and "partial rerun" in note
+        assert "| envs | step | **0.50x** |" in page and "| sql | checks | **4.00x** |" in page  # summary merged
+
+
+def test_update_with_bench_args_replaces_only_the_rows_that_run_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--only envs --update --args 'envs=--kinds math'`: the envs rows of other kinds stay."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    run_all = _load("run_all")
+    row = {"unit": "us", "better": "lower", "spread": "", "bench": "envs"}
+    first = [
+        {**row, "row": "math step", "baseline_name": "GEM 1, same", "ours": 4.0, "baseline": 2.0, "ratio": 0.5},
+        {**row, "row": "math step", "baseline_name": "skyrl 2, same", "ours": 4.0, "baseline": 1.0, "ratio": 0.25},
+        {**row, "row": "search step", "baseline_name": "skyrl 2, same", "ours": 2.0, "baseline": 1.0, "ratio": 0.5},
+        {**row, "bench": "sql", "row": "checks", "baseline_name": "x", "ours": 2.0, "baseline": 4.0, "ratio": 2.0},
+    ]
+    head = run_all.page_head()
+    raw = ["## Raw output", "", "### envs", "", "old envs output", "", "### sql", "", "old sql output", ""]
+    full = run_all.assemble(head, run_all.summary(first, []) + raw, first, "")
+    rerun = [{**first[1], "baseline_name": "skyrl 2, new conditions", "ours": 2.0, "ratio": 0.5}]
+    new_raw = ["## Raw output", "", "### envs (rerun with --kinds math)", "", "new math output", ""]
+    page = run_all.assemble(
+        head, run_all.summary(rerun, []) + new_raw, rerun, full, full, {"envs"}, "envs", frozenset({"envs"})
+    )
+    summary = page.split(run_all.CLOSING)[0]
+    assert "| envs | math step | **0.50x** | 4 | 2 |" in summary  # vs GEM: not rerun, kept
+    assert "| envs | math step | **0.50x** | 2 | 1 | us (lower is better) | skyrl 2, new conditions" in summary
+    assert "**0.25x**" not in summary and "- envs / math step vs skyrl 2, same" not in summary  # replaced
+    assert "- envs / math step vs skyrl 2, new conditions: 0.50x" in summary
+    assert "- envs / math step vs GEM 1" in summary and "- envs / search step vs skyrl 2" in summary
+    assert "| envs | search step | **0.50x** |" in summary and "| sql | checks | **2.00x** |" in summary
+    assert "old envs output" in summary and "new math output" in summary and "old sql output" in summary
+    note = page.split(run_all.CLOSING)[1]
+    assert "| envs | search step | new row | 0.50x (2 / 1) | us |" in note  # as the full run wrote it
+    assert "| envs | math step | 0.25x (4 / 1) | 0.50x (2 / 1) | us |" in note
