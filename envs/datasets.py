@@ -174,12 +174,12 @@ def file_loader(
         if parsed is None:
             return plain(Path(path), split)
         name, where = parsed
-        owner, tasks = load_dataset(name, where or None, split, **options)
+        owner = dataset(name).env_id
         if owner != env_id:
             raise TaskError(
                 f"tasks={str(path)!r}: {name} tasks are played in {owner}, not {env_id}; "
                 f"use gym.make({owner!r}, tasks=...) or train-agent --env {owner}."
             )
-        return tasks
+        return load_dataset(name, where or None, split, **options)[1]
 
     return load

@@ -132,7 +132,13 @@ def _arrow_table(files: list[Path]) -> Any:
 
 
 def _rows(where: Path, table: Any) -> list[Record]:
-    return [Record(f"{where}[{k}]", f"item-{k}", rec) for k, rec in enumerate(table.to_pylist())]
+    """The table's rows; a null cell counts as an absent field (a column holds nulls where the
+    rows written together did not all have that field, e.g. MBPP's full and sanitized records)."""
+    rows = table.to_pylist()
+    return [
+        Record(f"{where}[{k}]", f"item-{k}", {f: v for f, v in rec.items() if v is not None})
+        for k, rec in enumerate(rows)
+    ]
 
 
 def _pick_split(folder: Path, splits: list[str], split: str | None) -> str:
