@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
+from prm_gym.core.progress import track
 from prm_gym.core.records import load_task_set
 from prm_gym.core.tasks import Task, TaskSet, generated_once, require, task_from_record
 
@@ -133,7 +134,7 @@ def generate_math_tasks(
         raise TaskError(f"the number of tasks must be >= 1, got {n}.")
     rng = np.random.default_rng([seed, _SPLITS[split]])
     tasks = []
-    for k in range(n):
+    for k in track(range(n), desc="math tasks", unit="task"):
         level = int(levels[int(rng.integers(len(levels)))])
         gens = LEVELS[level]
         question, answer = gens[int(rng.integers(len(gens)))](rng)

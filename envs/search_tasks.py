@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
+from prm_gym.core.progress import track
 from prm_gym.core.records import load_task_set
 from prm_gym.core.tasks import ReadOnlyDict, Task, TaskSet, generated_once
 from prm_gym.envs.search_index.protocol import Passage
@@ -281,7 +282,7 @@ def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "
     rng = np.random.default_rng([seed, _SPLITS[split], 11])
     names = _by_name(w)
     tasks = []
-    for k in range(n):
+    for k in track(range(n), desc="search tasks", unit="task"):
         q, a, gold, kind = _question(w, names, rng)
         meta = {"gold_ids": gold, "hops": len(gold), "kind": kind}
         tasks.append(Task(f"search-{split}-{seed}-{k:05d}", q, [a], meta))

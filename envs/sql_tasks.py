@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
+from prm_gym.core.progress import bar, track
 from prm_gym.core.records import read_records
 from prm_gym.core.tasks import Task, TaskSet, generated_once, require, task_from_record
 from prm_gym.envs.sql_schemas import SCHEMAS
@@ -117,10 +118,12 @@ def _generate(
     dbs_per_schema: int,
     cache_dir: str,
 ) -> TaskSet:
-    dbs = [(s, k, build_database(s, seed * 1000 + k, cache_dir)) for s in schemas for k in range(dbs_per_schema)]
+    wanted = [(s, k) for s in schemas for k in range(dbs_per_schema)]
+    dbs = [(s, k, build_database(s, seed * 1000 + k, cache_dir)) for s, k in track(wanted, desc="SQL databases")]
     opened = {path: SQLiteDatabase(path) for _, _, path in dbs}
     rng = np.random.default_rng([seed, _SPLITS[split], GENERATOR_VERSION])
     tasks: list[Task] = []
+    progress = bar(n, "SQL tasks", "task")
     try:
         while len(tasks) < n:
             schema, k, path = dbs[int(rng.integers(len(dbs)))]
@@ -131,7 +134,9 @@ def _generate(
                 continue  # every generated question has a non-empty answer
             meta = {"db_path": str(path), "db_id": f"{schema}-{k}", "schema": schema, "level": level}
             tasks.append(Task(f"sql-{split}-{seed}-{len(tasks):05d}", question, gold, meta))
+            progress.update(1)
     finally:
+        progress.close()
         for db in opened.values():
             db.close()
     return TaskSet(tasks, name=f"generated sql ({split}, seed {seed})")
