@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -149,6 +150,17 @@ def _pick_split(folder: Path, splits: list[str], split: str | None) -> str:
     raise TaskError(f"{folder}: no split {split!r} here; its splits are {sorted(splits)}; pass split=<one of them>.")
 
 
+_SPLIT_WORDS = ("train", "validation", "dev", "test")
+
+
+def split_of(file_name: str) -> str:
+    """The split a data file's name says: the first of ``train``/``validation``/``dev``/``test``
+    among the words of the name (``test-00000-of-00001.parquet``, ``hotpot_dev_distractor_v1.json``,
+    ``train_spider.json``), else its first word."""
+    words = [w for w in re.split(r"[-_.]", file_name.lower()) if w]
+    return next((w for w in words if w in _SPLIT_WORDS), words[0] if words else file_name)
+
+
 def _read_folder(folder: Path, split: str | None) -> list[Record]:
     if (folder / "dataset_dict.json").is_file():  # DatasetDict.save_to_disk
         try:
@@ -171,7 +183,7 @@ def _read_folder(folder: Path, split: str | None) -> list[Record]:
         )
     by_split: dict[str, list[Path]] = {}
     for f in data:
-        by_split.setdefault(f.name.split("-")[0].split(".")[0].split("_")[0], []).append(f)
+        by_split.setdefault(split_of(f.name), []).append(f)
     chosen = by_split[_pick_split(folder, sorted(by_split), split)]
     return [rec for f in chosen for rec in read_records(f)]
 

@@ -17,7 +17,7 @@ import pytest
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.errors import TaskError
-from prm_gym.core.records import read_records
+from prm_gym.core.records import read_records, split_of
 from prm_gym.core.tasks import TaskSet
 from prm_gym.envs.datasets import DATASETS, load_dataset
 from prm_gym.envs.search_index import BM25Index, Passage
@@ -318,6 +318,11 @@ def test_a_split_of_a_folder_follows_the_envs_split(tmp_path: Path) -> None:
         assert [t.answer for t in test.unwrapped.tasks] == ["8"]  # type: ignore[attr-defined]
     with pytest.raises(TaskError, match=r"no split 'validation' here; its splits are \['test', 'train'\]"):
         read_records(tmp_path / "dd", "validation")
+    assert [split_of(n) for n in ("hotpot_dev_distractor_v1.json", "hotpot_train_v1.1.json", "test.parquet")] == [
+        "dev",
+        "train",
+        "test",
+    ]
     _, only_dev = load_dataset("spider", write_sql_folder(tmp_path / "sp", "spider", SPIDER, "json"), split="train")
     assert len(only_dev) == 2  # a folder with one split uses it
 
