@@ -244,7 +244,8 @@ def load_sql_file(
     or a Spider/BIRD folder (:func:`sql_folder`).
 
     Args:
-        path: the task file, or the dataset's folder.
+        path: the task file, a Spider/BIRD folder, or a folder of data files (a ``save_to_disk``
+            folder, hub parquet files: give ``db_dir``).
         db_dir: the folder of databases (default: ``database/`` next to the task file, or the
             folder's own for a dataset folder).
         on_missing: ``"error"`` or ``"skip"`` for tasks whose database is missing or not SQLite.
@@ -258,7 +259,8 @@ def load_sql_file(
     if on_missing not in ("error", "skip"):
         raise TaskError(f"on_missing must be 'error' or 'skip', got {on_missing!r}.")
     p = Path(path).expanduser()
-    if p.is_dir() and not (p / "state.json").is_file() and not (p / "dataset_dict.json").is_file():
+    layout = p.is_dir() and any((p / f).is_file() for files in _SPLIT_FILES.values() for f in files)
+    if layout:  # a Spider / BIRD release folder; any other folder is read as data (save_to_disk, hub files)
         files, own_dbs = sql_folder(p, split)
     else:
         files, own_dbs = [p], p.parent / "database"

@@ -345,6 +345,16 @@ def test_a_record_of_another_dataset_is_refused_naming_the_field(
         load_dataset(name, write_jsonl(records, tmp_path / "data.jsonl"))
 
 
+def test_a_hub_folder_of_spider_parquet_files_reads_with_db_dir(tmp_path: Path) -> None:
+    root = write_sql_folder(tmp_path, "spider", SPIDER, "parquet")  # database/ + data.parquet
+    hub = tmp_path / "spider_hub" / "spider"
+    hub.mkdir(parents=True)
+    write_parquet(SPIDER[:1], hub / "train-00000-of-00001.parquet")
+    write_parquet(SPIDER[1:], hub / "validation-00000-of-00001.parquet")
+    _, tasks = load_dataset("spider", tmp_path / "spider_hub", split="validation", db_dir=root.parent / "database")
+    assert [t.answer for t in tasks] == [SPIDER[1]["query"]]
+
+
 def test_bird_sql_is_not_spider(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match=r"not a spider record: missing field 'query'"):
         load_dataset("spider", write_sql_folder(tmp_path, "bird", BIRD, "json"))
