@@ -25,6 +25,7 @@ from typing import Any
 
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.progress import track
 
 FORMATS = ("jsonl", "parquet")
 
@@ -200,6 +201,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens sampled per turn")
     p.add_argument("--tokens", action="store_true", help="also export token ids, loss masks and log-probs")
     p.add_argument("--import", dest="imports", action="append", default=[], help="import a module that registers envs")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show a progress bar on stderr (on a terminal; PRM_GYM_PROGRESS=0/1 turns bars off/on everywhere)",
+    )
     return p
 
 
@@ -230,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     chat = ChatTemplate(policy.tokenizer)
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
-    trajs = [run_episode(env, policy, chat, seed=args.seed + k, sampling=sampling) for k in range(args.episodes)]
+    episodes = track(range(args.episodes), desc="prm-export", unit="episode", enabled=args.progress, delay=0.0)
+    trajs = [run_episode(env, policy, chat, seed=args.seed + k, sampling=sampling) for k in episodes]
     env.close()
     n = export_trajectories(trajs, args.output, env_id=args.env, include_tokens=args.tokens)
     print(f"wrote {n} trajectories to {args.output}")

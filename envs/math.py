@@ -10,7 +10,8 @@ from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.calculator import evaluate
-from prm_gym.envs.math_tasks import generate_math_tasks, load_math_file
+from prm_gym.envs.datasets import file_loader
+from prm_gym.envs.math_tasks import generate_math_tasks, load_math_file, math_record
 from prm_gym.rewards.combine import JudgeSpec
 
 
@@ -53,8 +54,11 @@ class MathEnv(ToolEnv):
     ``failed``, ``ok``, ``name``, ``latency_s``); ``reset`` adds ``tools`` (OpenAI schemas).
 
     ## Arguments
-    * ``tasks``: None for generated problems, a GSM8K/MATH jsonl path, a list or a TaskSet.
-    * ``split``, ``num_tasks``, ``task_seed``, ``levels``: the generator's settings (1-4).
+    * ``tasks``: None for generated problems; a GSM8K/MATH file (jsonl, json, parquet, arrow) or
+      dataset folder; ``"dataset:gsm8k:<path>"`` / ``"dataset:math:<path>"``
+      (:mod:`prm_gym.envs.datasets`); a list of Tasks or of dicts with the same fields; a TaskSet.
+    * ``split``: the generator's split, and the split read from a dataset folder holding several.
+    * ``num_tasks``, ``task_seed``, ``levels``: the generator's settings (levels 1-4).
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 6).
 
     ## Version History
@@ -73,7 +77,12 @@ class MathEnv(ToolEnv):
         max_turns: int = 6,
         **kwargs: Any,
     ):
-        task_set = as_task_set(tasks, load_math_file, lambda: generate_math_tasks(num_tasks, task_seed, split, levels))
+        task_set = as_task_set(
+            tasks,
+            file_loader("prm/Math-v0", split, load_math_file),
+            lambda: generate_math_tasks(num_tasks, task_seed, split, levels),
+            math_record,
+        )
         super().__init__(
             task_set,
             tools=[Tool.from_function(calculator)],

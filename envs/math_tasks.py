@@ -14,7 +14,7 @@ the ``train`` and ``test`` splits draw from independent streams.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, generated_once, read_jsonl, require
+from prm_gym.core.progress import track
+from prm_gym.core.records import load_task_set
+from prm_gym.core.tasks import Task, TaskSet, generated_once, require, task_from_record
 
 _NAMES = ("Maya", "Tom", "Ava", "Noah", "Lena", "Omar", "Iris", "Kai", "Zoe", "Ravi")
 _ITEMS = ("pencils", "apples", "stickers", "notebooks", "marbles", "cookies", "tickets")
@@ -132,7 +134,7 @@ def generate_math_tasks(
         raise TaskError(f"the number of tasks must be >= 1, got {n}.")
     rng = np.random.default_rng([seed, _SPLITS[split]])
     tasks = []
-    for k in range(n):
+    for k in track(range(n), desc="math tasks", unit="task"):
         level = int(levels[int(rng.integers(len(levels)))])
         gens = LEVELS[level]
         question, answer = gens[int(rng.integers(len(gens)))](rng)
@@ -159,29 +161,60 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _gsm8k_answer(answer: str, where: str) -> str:
+def gsm8k_answer(answer: str, where: str) -> str:
+    """The final answer of a GSM8K solution: what follows ``####``, thousands commas removed."""
     m = re.search(r"####\s*(.+?)\s*$", answer.strip())
     if not m:
         raise TaskError(f"{where}: GSM8K answers must end with '#### <number>'.")
     return m.group(1).replace(",", "").strip()
 
 
-def load_math_file(path: str | Path) -> TaskSet:
-    """Load a GSM8K-style (``question``, ``answer`` ending in ``#### N``) or MATH-style
-    (``problem``, ``solution`` with ``\\boxed{...}``, optional ``answer``) jsonl file."""
-    tasks: list[Task] = []
-    for lineno, rec in read_jsonl(path):
-        where = f"{path}:{lineno}"
-        tid = str(rec.get("id", rec.get("unique_id", f"line-{lineno}")))
-        meta: dict[str, Any] = {k: rec[k] for k in ("level", "type", "subject") if k in rec}
-        if "question" in rec:
-            gold = _gsm8k_answer(str(require(rec, "answer", where)), where)
-            tasks.append(Task(tid, str(rec["question"]), gold, meta))
-        elif "problem" in rec:
-            gold_raw = rec.get("answer") or last_boxed(str(require(rec, "solution", where)))
-            if not gold_raw:
-                raise TaskError(f"{where}: no 'answer' field and no \\boxed{{...}} in 'solution'.")
-            tasks.append(Task(tid, str(rec["problem"]), str(gold_raw), meta))
-        else:
-            raise TaskError(f"{where}: expected GSM8K fields (question, answer) or MATH fields (problem, solution).")
-    return TaskSet(tasks, name=str(path))
+def _meta(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """MATH's ``level``/``type``/``subject``; ``"Level 5"`` becomes 5 (evaluation groups by level)."""
+    meta: dict[str, Any] = {k: rec[k] for k in ("level", "type", "subject") if k in rec}
+    level = re.fullmatch(r"\s*Level\s+(\d+)\s*", str(meta.get("level", "")))
+    if level:
+        meta["level"] = int(level.group(1))
+    return meta
+
+
+def gsm8k_task(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+    """A task from a GSM8K record (``question``, ``answer`` ending in ``#### N``)."""
+    question = str(require(rec, "question", where))
+    gold = gsm8k_answer(str(require(rec, "answer", where)), where)
+    return Task(str(rec.get("id", default_id)), question, gold, _meta(rec))
+
+
+def competition_math_task(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+    """A task from a MATH record (``problem``, ``solution`` with ``\\boxed{...}``, optional
+    ``answer`` as MATH-500 has it, ``level``, ``type``/``subject``, ``unique_id``)."""
+    problem = str(require(rec, "problem", where))
+    gold = rec.get("answer") or last_boxed(str(rec.get("solution", "")))
+    if not gold:
+        raise TaskError(f"{where}: no 'answer' field and no \\boxed{{...}} in 'solution'.")
+    return Task(str(rec.get("id", rec.get("unique_id", default_id))), problem, str(gold), _meta(rec))
+
+
+def math_record(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+    """A task from a math record of any kind the Math env reads, in a file or in memory alike:
+    MATH (``problem``), GSM8K (``question``; an ``answer`` holding a worked solution must end in
+    ``#### N``, a one-line answer is the gold answer as it is), or the plain ``prompt``/``answer``."""
+    if "problem" in rec:
+        return competition_math_task(rec, where, default_id)
+    if "question" in rec:
+        answer = str(require(rec, "answer", where))
+        if "####" in answer or "\n" in answer.strip():
+            return gsm8k_task(rec, where, default_id)
+        return Task(str(rec.get("id", default_id)), str(rec["question"]), answer.strip(), _meta(rec))
+    if "prompt" in rec:
+        return task_from_record(rec, where, default_id)
+    raise TaskError(
+        f"{where}: expected GSM8K fields (question, answer) or MATH fields (problem, solution); "
+        f"fields present: {sorted(rec)[:10]}."
+    )
+
+
+def load_math_file(path: str | Path, split: str | None = None) -> TaskSet:
+    """Load GSM8K-style or MATH-style records (:func:`math_record`) from a jsonl, json, parquet
+    or arrow file or a dataset folder (:func:`prm_gym.core.records.read_records`)."""
+    return load_task_set(path, math_record, split)

@@ -16,9 +16,10 @@ from prm_gym.core.parsing import ToolCall
 from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool, ToolResult
 from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.datasets import file_loader
 from prm_gym.envs.search_index import BM25Index, Passage, Retriever, open_retriever
 from prm_gym.envs.search_index.protocol import check_query
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
+from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, qa_record, world_passages
 from prm_gym.rewards.combine import JudgeSpec
 
 _DOC_ID = re.compile(r"^Doc \d+ \[id=([^\]\n]*)\] Title: ", re.MULTILINE)
@@ -97,13 +98,16 @@ class SearchEnv(ToolEnv):
     records no gold passages); ``reset`` adds ``tools`` (OpenAI schemas).
 
     ## Arguments
-    * ``tasks``: None for generated questions, an NQ/HotpotQA-style jsonl/json path, a list or a TaskSet.
+    * ``tasks``: None for generated questions; an NQ / HotpotQA / Search-R1 file (jsonl, json,
+      parquet, arrow) or dataset folder; ``"dataset:hotpotqa:<path>"``, ``"dataset:nq:<path>"``,
+      ``"dataset:search-r1:<path>"``; a list of Tasks or of dicts with the same fields; a TaskSet.
     * ``index``: None for the generated world's index (cached under ``~/.cache/prm-gym``), an index
       directory, a ``.jsonl`` corpus, a server URL (``http://...``), or a :class:`Retriever`.
     * ``backend``: ``bm25`` (default), ``dense`` or ``pyserini`` for an index path (``dense``
       and ``bm25`` also take a ``.jsonl`` corpus, indexed in memory).
     * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
-      world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator.
+      world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator
+      (``split`` also picks the split of a dataset folder holding several).
     * ``retrieval_timeout_s``: bound on one HTTP retrieval; ``judge``, ``max_turns`` (default 4).
 
     ## Version History
@@ -133,8 +137,9 @@ class SearchEnv(ToolEnv):
             world = generate_world(world_people, world_seed)
         task_set = as_task_set(
             tasks,
-            load_qa_file,
+            file_loader("prm/Search-v0", split, load_qa_file),
             lambda: generate_search_tasks(world, num_tasks, task_seed, split),  # type: ignore[arg-type]
+            qa_record,
         )
         self.topk = topk
         self._owns_retriever = not isinstance(index, Retriever)

@@ -13,7 +13,7 @@ bridge entity, as in HotpotQA / Tree-GRPO's multi-hop QA).
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import ReadOnlyDict, Task, TaskSet, generated_once, read_jsonl, require
+from prm_gym.core.progress import track
+from prm_gym.core.records import load_task_set
+from prm_gym.core.tasks import ReadOnlyDict, Task, TaskSet, generated_once
 from prm_gym.envs.search_index.protocol import Passage
 
 _SYL = [
@@ -280,45 +282,78 @@ def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "
     rng = np.random.default_rng([seed, _SPLITS[split], 11])
     names = _by_name(w)
     tasks = []
-    for k in range(n):
+    for k in track(range(n), desc="search tasks", unit="task"):
         q, a, gold, kind = _question(w, names, rng)
         meta = {"gold_ids": gold, "hops": len(gold), "kind": kind}
         tasks.append(Task(f"search-{split}-{seed}-{k:05d}", q, [a], meta))
     return TaskSet(tasks, name=f"generated search ({split}, seed {seed})")
 
 
-def _qa_record(rec: dict[str, Any], where: str, default_id: str) -> Task:
-    question = str(require(rec, "question", where)).strip()
+_SEARCH_R1_QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.DOTALL)
+
+
+def _search_r1_question(rec: Mapping[str, Any], where: str) -> str:
+    """The question of a Search-R1 / verl row whose ``question`` column was dropped: the text after
+    the last ``Question:`` of its last user message (the whole message if it has none)."""
+    prompt = rec.get("prompt")
+    if isinstance(prompt, list):
+        users = [m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        text = str(users[-1]) if users else ""
+    else:
+        text = str(prompt or "")
+    m = _SEARCH_R1_QUESTION.search(text[text.rfind("Question:") :]) if "Question:" in text else None
+    question = m.group(1) if m else text.strip()
+    if not question:
+        raise TaskError(f"{where}: missing field 'question' (or a Search-R1 'prompt'); fields: {sorted(rec)[:10]}.")
+    return question
+
+
+def _gold_answers(rec: Mapping[str, Any], where: str) -> list[str]:
     raw = rec.get("golden_answers", rec.get("answers", rec.get("answer")))
+    if raw is None:  # Search-R1 / verl: reward_model.ground_truth.target
+        truth = (rec.get("reward_model") or {}).get("ground_truth")
+        raw = truth.get("target") if isinstance(truth, Mapping) else truth
     if raw is None:
-        raise TaskError(f"{where}: missing field 'golden_answers' or 'answer' (fields present: {sorted(rec)[:10]}).")
-    if isinstance(raw, dict) and "text" in raw:  # SQuAD-style {"text": [...]}
+        raise TaskError(
+            f"{where}: missing field 'golden_answers' or 'answer' (or Search-R1's reward_model.ground_truth.target) "
+            f"(fields present: {sorted(rec)[:10]})."
+        )
+    if isinstance(raw, Mapping) and "text" in raw:  # SQuAD-style {"text": [...]}
         raw = raw["text"]
-    answers = [str(a) for a in (raw if isinstance(raw, list | tuple) else [raw]) if str(a).strip()]
+    return [str(a) for a in (raw if isinstance(raw, list | tuple) else [raw]) if str(a).strip()]
+
+
+def _gold_titles(facts: Any) -> list[str] | None:
+    """HotpotQA's supporting-fact titles: ``[[title, sent], ...]`` (the original json) or
+    ``{"title": [...], "sent_id": [...]}`` (the Hugging Face release)."""
+    if isinstance(facts, Mapping) and isinstance(facts.get("title"), list):
+        return sorted({str(t) for t in facts["title"]})
+    if isinstance(facts, list):
+        return sorted({str(f[0]) for f in facts if isinstance(f, list | tuple) and f})
+    return None
+
+
+def qa_record(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+    """A QA task from an NQ (FlashRAG ``question``/``golden_answers``, ``nq_open`` ``answer`` list),
+    HotpotQA (``_id``/``id``, ``question``, ``answer``, ``supporting_facts``, ``type``, ``level``) or
+    Search-R1 parquet row (``prompt`` messages, ``reward_model.ground_truth.target``), in a file or
+    in memory alike; optional ``gold_ids`` (passage ids)."""
+    question = str(rec["question"]).strip() if rec.get("question") is not None else _search_r1_question(rec, where)
+    answers = _gold_answers(rec, where)
     if not question or not answers:
         raise TaskError(f"{where}: 'question' and the gold answers must be non-empty.")
-    meta: dict[str, Any] = {k: rec[k] for k in ("gold_ids", "type", "level") if k in rec}
-    facts = rec.get("supporting_facts")
-    if isinstance(facts, list):  # HotpotQA: [[title, sentence_index], ...]
-        meta["gold_titles"] = sorted({str(f[0]) for f in facts if isinstance(f, list | tuple) and f})
-    return Task(str(rec.get("id", rec.get("_id", default_id))), question, answers, meta)
+    meta: dict[str, Any] = {k: rec[k] for k in ("gold_ids", "type", "level", "data_source") if k in rec}
+    titles = _gold_titles(rec.get("supporting_facts"))
+    if titles is not None:
+        meta["gold_titles"] = titles
+    extra = rec.get("extra_info")
+    tid = rec.get("id", rec.get("_id"))
+    if tid is None and isinstance(extra, Mapping) and extra.get("index") is not None:
+        tid = f"{extra.get('split', 'row')}-{extra['index']}"
+    return Task(str(tid if tid is not None else default_id), question, answers, meta)
 
 
-def load_qa_file(path: str | Path) -> TaskSet:
-    """Load NQ / HotpotQA-style QA: jsonl lines (or a .json list) with ``question`` and
-    ``golden_answers`` (list) or ``answer`` (str or list); optional ``id``/``_id``,
-    ``gold_ids`` (passage ids) and HotpotQA ``supporting_facts`` (recorded as gold titles)."""
-    p = Path(path)
-    if p.suffix == ".json":
-        if not p.is_file():
-            raise TaskError(f"Task file {str(p)!r} does not exist (or is not a file).")
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise TaskError(f"{p}: not valid JSON ({exc}).") from None
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise TaskError(f"{p}: a .json task file must hold a list of objects.")
-        tasks = [_qa_record(r, f"{p}[{i}]", f"item-{i}") for i, r in enumerate(data)]
-    else:
-        tasks = [_qa_record(r, f"{p}:{n}", f"line-{n}") for n, r in read_jsonl(p)]
-    return TaskSet(tasks, name=str(p))
+def load_qa_file(path: str | Path, split: str | None = None) -> TaskSet:
+    """Load NQ / HotpotQA / Search-R1 QA records (:func:`qa_record`) from a jsonl, json, parquet
+    or arrow file or a dataset folder (:func:`prm_gym.core.records.read_records`)."""
+    return load_task_set(path, qa_record, split)

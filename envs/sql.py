@@ -10,7 +10,8 @@ from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
-from prm_gym.envs.sql_tasks import generate_sql_tasks, load_sql_file
+from prm_gym.envs.datasets import file_loader
+from prm_gym.envs.sql_tasks import generate_sql_tasks, load_sql_file, sql_reader
 from prm_gym.rewards.combine import JudgeSpec
 from prm_gym.sandbox.sql_db import Database, DatabaseError, format_result
 from prm_gym.sandbox.sql_open import open_database
@@ -62,9 +63,13 @@ class SQLEnv(ToolEnv):
     ``reset`` adds ``tools`` (OpenAI schemas) and ``db_id``.
 
     ## Arguments
-    * ``tasks``: None for generated tasks, a Spider/BIRD ``.json``/``.jsonl`` path (with
-      ``db_dir``), a list or a TaskSet.
-    * ``split``, ``num_tasks``, ``task_seed``, ``levels``, ``schemas``, ``cache_dir``: generator settings.
+    * ``tasks``: None for generated tasks; a Spider or BIRD folder (``dev.json`` and
+      ``database/`` or ``dev_databases/``) or task file (``.json``, ``.jsonl``, ``.parquet``, with
+      ``db_dir``); ``"dataset:spider:<folder>"`` / ``"dataset:bird:<folder>"``; a list of Tasks
+      or of dicts with the same fields (and ``db_dir``); a TaskSet.
+    * ``db_dir``: the folder of ``<db_id>/<db_id>.sqlite`` databases for a task file.
+    * ``split``: the generator's split, and the split of a Spider/BIRD folder (``train``, ``dev``).
+    * ``num_tasks``, ``task_seed``, ``levels``, ``schemas``, ``cache_dir``: generator settings.
     * ``copy_db``: run each episode on a private in-memory copy.
     * ``query_timeout_s``, ``max_rows``: limits of ``run_query``.
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
@@ -93,10 +98,12 @@ class SQLEnv(ToolEnv):
     ):
         if query_timeout_s <= 0 or max_rows < 1:
             raise ConfigError(f"query_timeout_s must be > 0 and max_rows >= 1, got {query_timeout_s}, {max_rows}.")
+        dbs = Path(db_dir).expanduser() if db_dir is not None else None
         task_set = as_task_set(
             tasks,
-            lambda p: load_sql_file(p, db_dir),
+            file_loader("prm/SQL-v0", split, lambda p, s: load_sql_file(p, dbs, split=s), db_dir=dbs),
             lambda: generate_sql_tasks(num_tasks, task_seed, split, levels, schemas, cache_dir=cache_dir),
+            sql_reader(dbs),
         )
         self.copy_db = copy_db
         self.query_timeout_s = query_timeout_s

@@ -10,19 +10,20 @@ and generator version (atomically, so concurrent processes agree) and reused aft
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, generated_once, read_jsonl, require
+from prm_gym.core.progress import bar, track
+from prm_gym.core.records import read_records
+from prm_gym.core.tasks import Task, TaskSet, generated_once, require, task_from_record
 from prm_gym.envs.sql_schemas import SCHEMAS
 from prm_gym.sandbox.sql_db import DatabaseError, SQLiteDatabase, check_sqlite_file
 
@@ -117,10 +118,12 @@ def _generate(
     dbs_per_schema: int,
     cache_dir: str,
 ) -> TaskSet:
-    dbs = [(s, k, build_database(s, seed * 1000 + k, cache_dir)) for s in schemas for k in range(dbs_per_schema)]
+    wanted = [(s, k) for s in schemas for k in range(dbs_per_schema)]
+    dbs = [(s, k, build_database(s, seed * 1000 + k, cache_dir)) for s, k in track(wanted, desc="SQL databases")]
     opened = {path: SQLiteDatabase(path) for _, _, path in dbs}
     rng = np.random.default_rng([seed, _SPLITS[split], GENERATOR_VERSION])
     tasks: list[Task] = []
+    progress = bar(n, "SQL tasks", "task")
     try:
         while len(tasks) < n:
             schema, k, path = dbs[int(rng.integers(len(dbs)))]
@@ -131,7 +134,9 @@ def _generate(
                 continue  # every generated question has a non-empty answer
             meta = {"db_path": str(path), "db_id": f"{schema}-{k}", "schema": schema, "level": level}
             tasks.append(Task(f"sql-{split}-{seed}-{len(tasks):05d}", question, gold, meta))
+            progress.update(1)
     finally:
+        progress.close()
         for db in opened.values():
             db.close()
     return TaskSet(tasks, name=f"generated sql ({split}, seed {seed})")
@@ -145,58 +150,127 @@ def find_database(db_dir: Path, db_id: str) -> Path | None:
     return None
 
 
-def _records(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    if path.suffix == ".jsonl":
-        return [(f"{path}:{ln}", rec) for ln, rec in read_jsonl(path)]
-    if not path.is_file():
-        raise TaskError(f"Task file {str(path)!r} does not exist (or is not a file).")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TaskError(f"{path}: not a JSON list of tasks ({exc}).") from None
-    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise TaskError(f"{path}: expected a JSON list of objects (Spider/BIRD format).")
-    return [(f"{path}[{k}]", rec) for k, rec in enumerate(data)]
+#: Spider / BIRD folder layouts: the task files of each split, then the database folders tried.
+_SPLIT_FILES = {
+    "train": ("train_spider.json", "train_others.json", "train.json"),
+    "dev": ("dev.json",),
+    "test": ("test.json",),
+}
+_SPLIT_ALIASES = {"validation": "dev"}
 
 
-def load_sql_file(path: str | Path, db_dir: str | Path | None = None, *, on_missing: str = "error") -> TaskSet:
-    """Load Spider (``question``, ``query``, ``db_id``) or BIRD (``question``, ``SQL``, ``db_id``,
-    optional ``evidence``) tasks from a ``.json`` list or a ``.jsonl`` file.
+def sql_folder(folder: Path, split: str | None) -> tuple[list[Path], Path]:
+    """The task files and database folder of ``split`` in a Spider or BIRD folder.
+
+    Spider: ``train_spider.json`` + ``train_others.json`` / ``dev.json`` / ``test.json`` with
+    ``database/`` (``test_database/`` for test); BIRD: ``train.json`` / ``dev.json`` with
+    ``train_databases/`` / ``dev_databases/``. A folder with one split's file uses it whatever
+    ``split`` says (``validation`` means ``dev``).
+
+    Raises:
+        TaskError: no task file for the split (naming the splits present).
+    """
+    present = {name: [folder / f for f in files if (folder / f).is_file()] for name, files in _SPLIT_FILES.items()}
+    present = {name: files for name, files in present.items() if files}
+    want = _SPLIT_ALIASES.get(str(split), str(split))
+    if not present:
+        raise TaskError(
+            f"{folder}: not a Spider or BIRD folder (no train_spider.json, train.json, dev.json or test.json)."
+        )
+    if want not in present:
+        if len(present) != 1:
+            raise TaskError(f"{folder}: no {split!r} split; its splits are {sorted(present)}; pass split=<one>.")
+        want = next(iter(present))
+    for name in (f"{want}_databases", f"{want}_database", "database"):
+        if (folder / name).is_dir():
+            return present[want], folder / name
+    raise TaskError(f"{folder}: no database folder ({want}_databases/ or database/); unzip the databases there.")
+
+
+def sql_task(
+    rec: Mapping[str, Any], where: str, default_id: str, db_dir: Path | None, on_missing: str = "error"
+) -> Task | None:
+    """A task from a Spider (``question``, ``query``, ``db_id``) or BIRD (``question``, ``SQL``,
+    ``db_id``, ``evidence``, ``question_id``, ``difficulty``) record, its database found under
+    ``db_dir``; a record without ``db_id`` is a plain task whose ``meta`` names its ``db_path``.
+    None when the database is missing and ``on_missing == "skip"``."""
+    if "db_id" not in rec:
+        return task_from_record(rec, where, default_id)
+    db_id = str(rec["db_id"])
+    gold = rec.get("query", rec.get("SQL"))
+    if not isinstance(gold, str):
+        raise TaskError(f"{where}: missing field 'query' (Spider) or 'SQL' (BIRD).")
+    question = str(require(rec, "question", where))
+    if db_dir is None:
+        raise TaskError(f"{where}: db_id {db_id!r} needs the folder of databases; pass db_dir=.")
+    db_path = find_database(db_dir, db_id)
+    problem = f"no database for db_id {db_id!r} under {str(db_dir)!r}" if db_path is None else None
+    if db_path is not None:
+        try:
+            check_sqlite_file(db_path)
+        except DatabaseError as exc:
+            problem = str(exc)
+    if problem:
+        if on_missing == "skip":
+            return None
+        raise TaskError(f"{where}: {problem}; pass db_dir= or on_missing='skip'.")
+    evidence = str(rec.get("evidence") or "")
+    prompt = f"{question}\nHint: {evidence}" if evidence else question
+    meta = {"db_path": str(db_path), "db_id": db_id}
+    meta.update({k: rec[k] for k in ("difficulty", "hardness") if k in rec})
+    return Task(str(rec.get("question_id", rec.get("id", f"{db_id}-{default_id}"))), prompt, gold, meta)
+
+
+def sql_reader(db_dir: Path | None) -> Callable[[Mapping[str, Any], str, str], Task]:
+    """The SQL env's reader of one record given in memory (:func:`sql_task`; a missing database raises)."""
+
+    def read(rec: Mapping[str, Any], where: str, default_id: str) -> Task:
+        task = sql_task(rec, where, default_id, db_dir)
+        assert task is not None  # on_missing="error" raises instead of skipping
+        return task
+
+    return read
+
+
+def load_sql_file(
+    path: str | Path,
+    db_dir: str | Path | None = None,
+    *,
+    on_missing: str = "error",
+    split: str | None = None,
+    check: Callable[[Mapping[str, Any], str, str], Any] | None = None,
+) -> TaskSet:
+    """Load Spider or BIRD tasks (:func:`sql_task`) from a ``.json``/``.jsonl``/``.parquet`` file
+    or a Spider/BIRD folder (:func:`sql_folder`).
 
     Args:
-        path: the task file.
-        db_dir: the folder of databases (default: ``database/`` next to the task file).
+        path: the task file, a Spider/BIRD folder, or a folder of data files (a ``save_to_disk``
+            folder, hub parquet files: give ``db_dir``).
+        db_dir: the folder of databases (default: ``database/`` next to the task file, or the
+            folder's own for a dataset folder).
         on_missing: ``"error"`` or ``"skip"`` for tasks whose database is missing or not SQLite.
+        split: the split of a dataset folder.
+        check: called with each record first (``record, where, default_id``); it raises on a
+            record that is not what the caller expects (e.g. BIRD's ``SQL`` in a Spider load).
 
     Raises:
         TaskError: a malformed record, or a missing / non-SQLite database with ``on_missing="error"``.
     """
     if on_missing not in ("error", "skip"):
         raise TaskError(f"on_missing must be 'error' or 'skip', got {on_missing!r}.")
-    p = Path(path)
-    folder = Path(db_dir) if db_dir is not None else p.parent / "database"
+    p = Path(path).expanduser()
+    layout = p.is_dir() and any((p / f).is_file() for files in _SPLIT_FILES.values() for f in files)
+    if layout:  # a Spider / BIRD release folder; any other folder is read as data (save_to_disk, hub files)
+        files, own_dbs = sql_folder(p, split)
+    else:
+        files, own_dbs = [p], p.parent / "database"
+    folder = Path(db_dir) if db_dir is not None else own_dbs
     tasks: list[Task] = []
-    for where, rec in _records(p):
-        db_id = str(require(rec, "db_id", where))
-        gold = rec.get("query", rec.get("SQL"))
-        if not isinstance(gold, str):
-            raise TaskError(f"{where}: missing field 'query' (Spider) or 'SQL' (BIRD).")
-        question = str(require(rec, "question", where))
-        db_path = find_database(folder, db_id)
-        problem = f"no database for db_id {db_id!r} under {str(folder)!r}" if db_path is None else None
-        if db_path is not None:
-            try:
-                check_sqlite_file(db_path)
-            except DatabaseError as exc:
-                problem = str(exc)
-        if problem:
-            if on_missing == "skip":
-                continue
-            raise TaskError(f"{where}: {problem}; pass db_dir= or on_missing='skip'.")
-        evidence = str(rec.get("evidence") or "")
-        prompt = f"{question}\nHint: {evidence}" if evidence else question
-        meta = {"db_path": str(db_path), "db_id": db_id}
-        meta.update({k: rec[k] for k in ("difficulty", "hardness") if k in rec})
-        tid = str(rec.get("question_id", rec.get("id", f"{db_id}-{len(tasks)}")))
-        tasks.append(Task(tid, prompt, gold, meta))
+    for f in files:
+        for where, key, rec in read_records(f, split):
+            if check is not None:
+                check(rec, where, key)
+            task = sql_task(rec, where, key if len(files) == 1 else f"{f.stem}-{key}", folder, on_missing)
+            if task is not None:
+                tasks.append(task)
     return TaskSet(tasks, name=str(p))

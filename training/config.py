@@ -203,6 +203,9 @@ class EvalConfig:
 
     env_kwargs: str = '{"split": "test"}'
     """JSON keyword arguments for the held-out env (merged over --env-kwargs)."""
+    tasks: str = ""
+    """Held-out tasks, in the forms --tasks takes (empty: --tasks, or the env's generator, read with
+    --eval.env-kwargs' split, so a dataset folder with a test split gives it)."""
     num_tasks: int = 32
     """Held-out tasks evaluated (the first ones of the held-out task set)."""
     samples: int = 4
@@ -240,6 +243,10 @@ class TrainConfig:
     """Registered env id."""
     env_kwargs: str = ""
     """JSON keyword arguments for gym.make, e.g. '{"levels": [1]}'."""
+    tasks: str = ""
+    """The env's tasks instead of its generator: a task file (jsonl, json, parquet, arrow), a dataset
+    folder, or dataset:<name>:<path> with name gsm8k, math, hotpotqa, nq, search-r1, spider, bird, mbpp
+    or humaneval (docs/envs/datasets.md). Passed as the env's tasks= (over --env-kwargs)."""
     env_url: str = ""
     """A prm-serve env server (e.g. http://host:8000): rollout workers and evaluation play RemoteEnv
     sessions on it instead of gym.make. --env must name the env it serves; --env-kwargs and
@@ -367,8 +374,13 @@ class TrainConfig:
         kw = parse_json_kwargs("env_kwargs", self.env_kwargs)
         if self.judge:
             kw["judge"] = self.judge
+        if self.tasks:
+            kw["tasks"] = self.tasks
         return kw
 
     @property
     def eval_env_kwargs(self) -> dict[str, Any]:
-        return {**self.env_kwargs_dict, **parse_json_kwargs("eval.env_kwargs", self.eval.env_kwargs)}
+        kw = {**self.env_kwargs_dict, **parse_json_kwargs("eval.env_kwargs", self.eval.env_kwargs)}
+        if self.eval.tasks:
+            kw["tasks"] = self.eval.tasks
+        return kw

@@ -32,6 +32,7 @@ from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import Policy, SamplingParams
+from prm_gym.core.progress import bar
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.run import env_factory, task_ids_of
@@ -162,6 +163,7 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
     jobs = [(tid, j) for tid in ids for j in range(e.samples)]
     samples: list[EvalSample] = []
     envs = [make_env() for _ in range(min(chunk, len(jobs)))]
+    progress = bar(len(jobs), "eval", "episode", enabled=cfg.progress, delay=0.0)
     try:
         for lo in range(0, len(jobs), chunk):
             part = jobs[lo : lo + chunk]
@@ -178,7 +180,9 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
                 outcome, _ = outcome_and_process(traj, cfg.loss.outcome_terms)
                 success = outcome >= e.success_threshold
                 samples.append(EvalSample(tid, traj.total_reward, success, final_answer(traj), traj.infra_error))
+            progress.update(len(part))
     finally:
+        progress.close()
         for env in envs:
             env.close()
     return report(samples, e.k or (1, e.samples), groups)

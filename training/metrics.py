@@ -11,6 +11,7 @@ from typing import Any
 
 from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.errors import InfraError
+from prm_gym.core.progress import bar, shown
 
 METRICS = "metrics.jsonl"
 
@@ -193,10 +194,8 @@ class Progress:
 
     def __init__(self, total: int, initial: int = 0, enabled: bool = True):
         self._bar: Any = None
-        if enabled:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+        if shown(enabled):  # --no-progress, PRM_GYM_PROGRESS and a terminal decide (prm_gym.core.progress)
+            self._bar = bar(total, "train", "step", delay=0.0, initial=initial, leave=True)
 
     def update(self, values: Mapping[str, float]) -> None:
         if self._bar is None:

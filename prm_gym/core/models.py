@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.progress import bar
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -109,10 +110,17 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
         ggufs = sorted(path.glob("*.gguf"))
         gguf = ggufs[0].name if ggufs and not (path / "config.json").exists() else None
     kwargs = {"gguf_file": gguf} if gguf else {}
-    tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32", **kwargs)
-    if getattr(model, "hf_quantizer", None) is not None:
-        model = plain_copy(model)
+    with bar(3, f"loading {policy_id}", "step", delay=0.0) as progress:
+        progress.set_postfix_str("tokenizer")
+        tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
+        progress.update(1)
+        progress.set_postfix_str("weights (de-quantising GGUF)" if gguf else "weights")
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32", **kwargs)
+        progress.update(1)
+        if getattr(model, "hf_quantizer", None) is not None:
+            progress.set_postfix_str("plain fp32 copy")
+            model = plain_copy(model)
+        progress.update(1)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model.eval(), tok

@@ -174,12 +174,14 @@ def as_task_set(
     tasks: TaskSet | str | Path | Iterable[Task | Mapping[str, Any]] | None,
     load_file: Callable[[str | Path], TaskSet],
     generate: Callable[[], TaskSet],
+    from_record: Callable[[Mapping[str, Any], str, str], Task] = task_from_record,
 ) -> TaskSet:
     """Resolve an env's ``tasks`` argument.
 
     ``None`` uses the env's seeded generator, a path is read with ``load_file``, and a list
-    may hold :class:`Task` objects or dicts with the fields a task file's lines have
-    (:func:`task_from_record`).
+    may hold :class:`Task` objects or dicts with the fields a task file's lines have: each dict
+    goes through ``from_record`` (the env's own record reader, the one its files use;
+    :func:`task_from_record` by default).
     """
     if tasks is None:
         return generate()
@@ -192,7 +194,7 @@ def as_task_set(
         if isinstance(t, Task):
             out.append(t)
         elif isinstance(t, Mapping):
-            out.append(task_from_record(t, f"tasks[{k}]", str(k)))
+            out.append(from_record(t, f"tasks[{k}]", str(k)))
         else:
             raise TaskError(f"tasks[{k}] must be a Task or a dict, got {type(t).__name__}.")
     return TaskSet(out, name="tasks list")

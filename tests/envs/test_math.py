@@ -98,7 +98,7 @@ def test_loaders(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"question": "q", "answer": "no hashes"}\n', "####"),
+        ('{"question": "q", "answer": "3 + 4 = 7\\nso seven"}\n', "####"),
         ('{"question": "q"}\n', "missing field 'answer'"),
         ('{"problem": "p", "solution": "no box"}\n', "boxed"),
         ('{"foo": 1}\n', "expected GSM8K"),

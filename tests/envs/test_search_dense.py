@@ -133,3 +133,18 @@ def test_cli_builds_an_index_offline(tmp_path: Path, dense: DenseIndex) -> None:
     assert f"embedded {len(dense)} passages" in done.stdout
     loaded = DenseIndex.load(tmp_path / "d", dense.encoder)
     assert np.allclose(loaded.embeddings, dense.embeddings, atol=1e-4)
+
+
+def test_an_index_build_draws_a_bar_and_a_query_none(
+    encoder: Encoder, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prm_gym.core.progress import ENV_VAR
+
+    passages = world_passages(generate_world(*_WORLD))[:5]
+    monkeypatch.setenv(ENV_VAR, "1")  # bars on (pytest's stderr is no terminal)
+    capsys.readouterr()
+    DenseIndex.build(passages, encoder)
+    err = capsys.readouterr().err
+    assert "dense index:" in err and "/1 [" in err and "batch" in err  # 5 passages: one batch of 64
+    encoder.encode(["a query"])
+    assert capsys.readouterr().err == ""
