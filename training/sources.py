@@ -137,6 +137,7 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
         imports=cfg.imports,
         seed=cfg.seed,
         tools_prompt=cfg.tools_prompt,
+        tool_format=cfg.tool_format,
         served_model=cfg.vllm_weights[3:] if cfg.policy.startswith("vllm:") else "policy",
     )
 
