@@ -111,15 +111,17 @@ def find_tagged(text: str, tag: str) -> tuple[list[str], bool]:
     open_t, close_t, pattern = _tag_pattern(tag)
     if open_t not in text and close_t not in text:
         return [], True
-    bodies = pattern.findall(text)
+    last = text.rfind(close_t)  # no match ends past the last closing tag: never scan beyond it
+    bodies = pattern.findall(text, 0, last + len(close_t)) if last >= 0 else []
     balanced = text.count(open_t) == len(bodies) == text.count(close_t)
     return bodies, balanced
 
 
 def _outside(text: str, tag: str) -> str:
     """``text`` without its ``<tag>...</tag>`` blocks (calls are never looked for in the answer)."""
-    open_t, _, pattern = _tag_pattern(tag)
-    return pattern.sub(" ", text) if open_t in text else text
+    open_t, close_t, pattern = _tag_pattern(tag)
+    end = text.rfind(close_t) + len(close_t)  # as in find_tagged: never scan past the last closing tag
+    return pattern.sub(" ", text[:end]) + text[end:] if open_t in text and end >= len(close_t) else text
 
 
 def _invalid(exc: BaseException) -> ParseIssue:
@@ -293,29 +295,31 @@ def _render_mistral(name: str, arguments: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- qwen
 _FUNCTION_RE = re.compile(r"<function=([^>\n]+)>(.*)</function>", re.DOTALL)
-_PARAMETER_RE = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+_PARAMETER = "<parameter="
+_NON_SPACE = re.compile(r"\S")
 _FENCED_RE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
 _BARE_START = re.compile(r'(?:\[\s*)?\{\s*"name"\s*:')
 
 
 def _xml_call(body: str) -> Any:
-    """Qwen3-Coder's ``<function=NAME><parameter=ARG>value</parameter>...</function>``."""
+    """Qwen3-Coder's ``<function=NAME><parameter=ARG>value</parameter>...</function>`` (one pass)."""
     bad = ParseIssue("bad_tool_call", "Write the call as <function=NAME><parameter=ARG>value</parameter></function>.")
     m = _FUNCTION_RE.fullmatch(body.strip())
     if m is None or not m.group(1).strip():
         return bad
     args: dict[str, Any] = {}
-    pos, inner = 0, m.group(2)
-    for p in _PARAMETER_RE.finditer(inner):
-        key = p.group(1).strip()
-        if inner[pos : p.start()].strip() or not key or key in args:
+    inner, pos = m.group(2), 0
+    while (start := _NON_SPACE.search(inner, pos)) is not None:
+        i = start.start()
+        head = inner.find(">", i)
+        end = inner.find("</parameter>", head)
+        key = inner[i + len(_PARAMETER) : head].strip() if inner.startswith(_PARAMETER, i) and head >= 0 else ""
+        if not key or "\n" in key or end < 0 or key in args:
             return bad
-        value = p.group(2)
-        args[key] = value[1:] if value.startswith("\n") else value
-        args[key] = args[key][:-1] if args[key].endswith("\n") else args[key]
-        pos = p.end()
-    if inner[pos:].strip():
-        return bad
+        value = inner[head + 1 : end]
+        value = value[1:] if value.startswith("\n") else value
+        args[key] = value[:-1] if value.endswith("\n") else value
+        pos = end + len("</parameter>")
     return ToolCall(m.group(1).strip(), args, text_arguments=True)
 
 

@@ -187,6 +187,25 @@ def test_fuzz_no_format_ever_raises(fmt: str, text: str) -> None:
     assert all(isinstance(c.arguments, dict) for c in parsed.tool_calls)
 
 
+_N = 32_000
+HOSTILE = [
+    '{"name":' * (_N // 8),
+    "[TOOL_CALLS]" + "[" * (_N - 20),
+    "<tool_call><function=f>" + "<parameter=p>x" * (_N // 15) + "</function></tool_call>",
+    "<answer>" * (_N // 8),
+    "<tools>" * (_N // 7),
+    '```json\n{"name":' * (_N // 16),
+    '{"name": "c", "parameters": {}}' * (_N // 32),
+]
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_hostile_actions_at_the_size_limit_are_flagged_in_every_format(fmt: str) -> None:
+    for text in HOSTILE:  # each once took seconds (a scan per unclosed tag); now one pass
+        parsed = parse_action(text[:_N], tool_format=fmt)
+        assert parsed.ok or parsed.issues
+
+
 # ----------------------------------------------------------------------------- whole episodes
 def _answer_action(answer: str, fmt: str) -> Any:
     if fmt == "openai":
