@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
-from prm_gym.core.tool_formats import detect_tool_format, get_format, resolve_tool_format
+from prm_gym.core.tool_formats import get_format
 
 DEFAULT_SYSTEM = "You are a careful assistant that solves tasks step by step and uses tools when they help."
 
@@ -63,6 +63,46 @@ def _signature(tool: dict[str, Any]) -> str:
     fn = tool.get("function", tool)
     props = fn.get("parameters", {}).get("properties", {})
     return f"{fn.get('name', '?')}({', '.join(props)})"
+
+
+#: Markers a chat template uses for its tool calls, most specific first.
+_TEMPLATE_MARKERS = (("[TOOL_CALLS]", "mistral"), ("<|python_tag|>", "llama3"), ("<function=", "qwen"))
+
+
+def template_text(tokenizer: Any) -> str:
+    """The source of a tokenizer's chat template(s) (named templates joined), or ``""``."""
+    tpl = getattr(tokenizer, "chat_template", None)
+    if isinstance(tpl, dict):
+        return "\n".join(str(v) for v in tpl.values())
+    if isinstance(tpl, list):
+        return "\n".join(str(t.get("template", "")) if isinstance(t, dict) else str(t) for t in tpl)
+    return tpl if isinstance(tpl, str) else ""
+
+
+def detect_tool_format(tokenizer: Any) -> str:
+    """The tool-call format a tokenizer's chat template teaches, read from its markers.
+
+    ``[TOOL_CALLS]``: mistral; ``<|python_tag|>`` or a ``"parameters"`` call rendered for an
+    ``ipython`` role: llama3; ``<function=`` (Qwen3-Coder's XML): qwen; ``<tool_call>``: hermes,
+    or qwen when the tokenizer's name says it is a Coder model (Qwen2.5-Coder shares Qwen2.5's
+    template but writes its calls differently); anything else: hermes.
+    """
+    text = template_text(tokenizer)
+    for marker, name in _TEMPLATE_MARKERS:
+        if marker in text:
+            return name
+    if '"parameters"' in text and "ipython" in text:
+        return "llama3"
+    if "<tool_call>" in text and "coder" in str(getattr(tokenizer, "name_or_path", "")).lower():
+        return "qwen"
+    return "hermes"
+
+
+def resolve_tool_format(requested: str, tokenizer: Any = None) -> str:
+    """``requested``, checked; ``"auto"`` becomes the format detected from ``tokenizer`` (hermes without one)."""
+    if requested == "auto":
+        return detect_tool_format(tokenizer) if tokenizer is not None else "hermes"
+    return get_format(requested).name
 
 
 def renders_tools(tokenizer: Any) -> bool:

@@ -108,11 +108,8 @@ class ToolEnv(gym.Env[str, str]):
         tool_format: str = "hermes",
         render_mode: str | None = None,
     ):
-        if tool_format == "auto":
-            raise ConfigError(
-                "tool_format='auto' needs the policy's tokenizer; give the env a format such as 'hermes' "
-                "(train-agent --tool-format auto resolves it before making envs)."
-            )
+        if tool_format == "auto":  # train-agent resolves auto from the policy's tokenizer before making envs
+            raise ConfigError("tool_format='auto' needs the policy's tokenizer; give the env one such as 'hermes'.")
         self.tool_format = get_format(tool_format).name
         if max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {max_turns}.")

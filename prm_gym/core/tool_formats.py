@@ -452,9 +452,6 @@ FORMATS: dict[str, ToolFormat] = {
     ),
 }
 
-#: Markers a chat template uses for its tool calls, most specific first.
-_TEMPLATE_MARKERS = (("[TOOL_CALLS]", "mistral"), ("<|python_tag|>", "llama3"), ("<function=", "qwen"))
-
 
 def get_format(name: str) -> ToolFormat:
     """The registered format ``name``.
@@ -471,39 +468,3 @@ def get_format(name: str) -> ToolFormat:
 def format_call(name: str, arguments: dict[str, Any], tool_format: str = "hermes") -> str:
     """One tool call written in ``tool_format``, as its parser accepts it."""
     return get_format(tool_format).render(name, arguments)
-
-
-def template_text(tokenizer: Any) -> str:
-    """The source of a tokenizer's chat template(s) (named templates joined), or ``""``."""
-    tpl = getattr(tokenizer, "chat_template", None)
-    if isinstance(tpl, dict):
-        return "\n".join(str(v) for v in tpl.values())
-    if isinstance(tpl, list):
-        return "\n".join(str(t.get("template", "")) if isinstance(t, dict) else str(t) for t in tpl)
-    return tpl if isinstance(tpl, str) else ""
-
-
-def detect_tool_format(tokenizer: Any) -> str:
-    """The tool-call format a tokenizer's chat template teaches, read from its markers.
-
-    ``[TOOL_CALLS]``: mistral; ``<|python_tag|>`` or a ``"parameters"`` call rendered for an
-    ``ipython`` role: llama3; ``<function=`` (Qwen3-Coder's XML): qwen; ``<tool_call>``: hermes,
-    or qwen when the tokenizer's name says it is a Coder model (Qwen2.5-Coder shares Qwen2.5's
-    template but writes its calls differently); anything else: hermes.
-    """
-    text = template_text(tokenizer)
-    for marker, name in _TEMPLATE_MARKERS:
-        if marker in text:
-            return name
-    if '"parameters"' in text and "ipython" in text:
-        return "llama3"
-    if "<tool_call>" in text and "coder" in str(getattr(tokenizer, "name_or_path", "")).lower():
-        return "qwen"
-    return "hermes"
-
-
-def resolve_tool_format(requested: str, tokenizer: Any = None) -> str:
-    """``requested``, checked; ``"auto"`` becomes the format detected from ``tokenizer`` (hermes without one)."""
-    if requested == "auto":
-        return detect_tool_format(tokenizer) if tokenizer is not None else "hermes"
-    return get_format(requested).name

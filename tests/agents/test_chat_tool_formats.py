@@ -15,13 +15,13 @@ import gymnasium as gym
 import pytest
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
-from prm_gym.agents.chat import ChatTemplate, renders_tools
+from prm_gym.agents.chat import ChatTemplate, detect_tool_format, renders_tools
 from prm_gym.agents.rollout import rollout
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.models import CHATML_TEMPLATE, tiny_tokenizer
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.policy import FakePolicy, SamplingParams
-from prm_gym.core.tool_formats import FORMAT_NAMES, FORMATS, detect_tool_format
+from prm_gym.core.tool_formats import FORMAT_NAMES, FORMATS
 from prm_gym.envs.math import MathEnv
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.sources import worker_spec
