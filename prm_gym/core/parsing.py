@@ -257,7 +257,8 @@ def parse_general(
         )
         return ParsedAction(text[:max_chars], issues=tuple(issues), tool_format=tool_format)
     visible = _THINK_RE.sub("", text) if "<think>" in text else text
-    imitated = [m for m in ENV_MARKUP if m in visible]
+    found = fmt.extract(visible, answer_tag, max_tool_calls)
+    imitated = [m for m in ENV_MARKUP if m in visible or (found.text is not visible and m in found.text)]
     if imitated:
         issues.append(
             ParseIssue(
@@ -265,7 +266,6 @@ def parse_general(
                 f"The action contains environment markup {imitated[:3]}; only the environment writes it.",
             )
         )
-    found = fmt.extract(visible, answer_tag, max_tool_calls)
     answers, answer_balanced = find_tagged(found.text, answer_tag)
     issues += found.structural
     if not answer_balanced:
