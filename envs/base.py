@@ -38,6 +38,7 @@ from prm_gym.core.errors import ConfigError, InfraError, JudgeError, ToolError
 from prm_gym.core.parsing import MAX_ACTION_CHARS, ParsedAction, ToolCall, parse_action
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task, TaskSet
+from prm_gym.core.tool_formats import get_format
 from prm_gym.core.tools import Tool, ToolResult
 from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
 from prm_gym.rewards.protocol import AsyncJudge, Judge, turn_scorer
@@ -82,6 +83,8 @@ class ToolEnv(gym.Env[str, str]):
         judge_kwargs: keyword arguments per judge id, e.g. ``{"rule/math_equiv": {"timeout_s": 2}}``.
         tool_timeout_s: if set, each tool call runs in its own thread and a call that takes longer
             is abandoned and flagged as an infrastructure error (a hung tool never blocks the env).
+        tool_format: how the agent writes tool calls: ``hermes`` (default), ``llama3``, ``mistral``,
+            ``qwen`` or ``openai`` (docs/tool_formats.md); the trainer sets it from the policy.
         render_mode: ``"ansi"`` or None.
     """
 
@@ -106,8 +109,12 @@ class ToolEnv(gym.Env[str, str]):
         instructions: str = "",
         judge_kwargs: dict[str, dict[str, Any]] | None = None,
         tool_timeout_s: float | None = None,
+        tool_format: str = "hermes",
         render_mode: str | None = None,
     ):
+        if tool_format == "auto":  # train-agent resolves auto from the policy's tokenizer before making envs
+            raise ConfigError("tool_format='auto' needs the policy's tokenizer; give the env one such as 'hermes'.")
+        self.tool_format = get_format(tool_format).name
         if max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {max_turns}.")
         if render_mode not in (None, "ansi"):
@@ -231,7 +238,9 @@ class ToolEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._task is None or self._done:
             raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
-        parsed = parse_action(action, answer_tag=self.answer_tag, max_chars=self.max_action_chars)
+        parsed = parse_action(
+            action, answer_tag=self.answer_tag, max_chars=self.max_action_chars, tool_format=self.tool_format
+        )
         ok = not parsed.issues
         recorded = self._replaying.popleft() if self._replaying is not None else None  # fork() replay
         results = self._run_tools(parsed.tool_calls, recorded) if ok and parsed.tool_calls else []
@@ -321,12 +330,13 @@ class ToolEnv(gym.Env[str, str]):
         tool = self.tools.get(call.name)
         if tool is None:
             return ToolResult(call.name, False, f"Unknown tool {call.name!r}; available tools: {sorted(self.tools)}.")
-        problem = tool.check_arguments(call.arguments)
+        arguments = tool.typed_arguments(call.arguments) if call.text_arguments else call.arguments
+        problem = tool.check_arguments(arguments)
         if problem:
             return ToolResult(call.name, False, problem)
         start = time.perf_counter()
         try:
-            ok, text, infra = True, str(self._invoke(tool, call.arguments)), False
+            ok, text, infra = True, str(self._invoke(tool, arguments)), False
         except ToolError as exc:
             ok, text, infra = False, f"Error: {exc}", False
         except InfraError as exc:

@@ -268,7 +268,8 @@ class ExploreJudge(_SQLJudge):
         calls = turn.parsed.tool_calls
         if not calls or not turn.tool_results:
             return Verdict(0.0)
-        seen = {c.to_json() for action, _ in turn.history for c in parse_action(action).tool_calls}
+        fmt = turn.parsed.tool_format
+        seen = {c.to_json() for action, _ in turn.history for c in parse_action(action, tool_format=fmt).tool_calls}
         fresh = 0
         for call, result in zip(calls, turn.tool_results, strict=False):
             key = call.to_json()

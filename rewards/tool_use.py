@@ -166,7 +166,10 @@ class ToolEfficiencyJudge:
 
     def calls_made(self, turn: Turn) -> int:
         """Tool calls over the whole episode up to and including ``turn``."""
-        earlier = sum(len(parse_action(a, answer_tag=self.answer_tag).tool_calls) for a, _ in turn.history)
+        fmt = turn.parsed.tool_format  # the episode's format: the history was written in it too
+        earlier = sum(
+            len(parse_action(a, answer_tag=self.answer_tag, tool_format=fmt).tool_calls) for a, _ in turn.history
+        )
         return earlier + len(turn.parsed.tool_calls)
 
     def optimal(self, turn: Turn) -> int:

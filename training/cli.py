@@ -40,7 +40,8 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     source = cfg.init_checkpoint or (str(ckpt) if ckpt.exists() else "")
     if source:
         policy.model.load_state_dict(model_state(load_checkpoint(source)))
-    result = evaluate(policy, ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt), cfg)
+    chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
+    result = evaluate(policy, chat, cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / "eval.json").write_text(json.dumps({"checkpoint": source, **result}, indent=2))
     return result

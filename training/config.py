@@ -278,8 +278,12 @@ class TrainConfig:
     """An existing Ray cluster to join (e.g. auto or ray://head:10001); empty: start a local one."""
     judge: str = ""
     """Judge expression passed to the env (empty: the env's default)."""
-    tools_prompt: Literal["full", "compact"] = "full"
-    """System prompt tool block: full JSON schemas, or compact signatures (tiny byte-level models)."""
+    tool_format: Literal["auto", "hermes", "llama3", "mistral", "qwen", "openai"] = "auto"
+    """How the policy writes tool calls (docs/tool_formats.md): auto reads it from the tokenizer's chat
+    template (hermes when it names none). The prompt teaches this format and the envs parse it."""
+    tools_prompt: Literal["auto", "full", "compact", "native"] = "auto"
+    """System prompt tool block: auto (native where the tokenizer's template renders tools= in the tool
+    format, else full), full JSON schemas, compact signatures (tiny byte-level models), or native."""
     algo: Literal["grpo", "tree-grpo"] = "grpo"
     """Chain GRPO groups, or Tree-GRPO trees forked at turn boundaries."""
     mode: Literal["train", "eval"] = "train"

@@ -147,7 +147,7 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
     as it is. With ``--env-url`` the episodes are played on the env server.
     """
     e = cfg.eval
-    make_env = env_factory(cfg.env, cfg.eval_env_kwargs, cfg.env_url)
+    make_env = env_factory(cfg.env, chat.env_kwargs(cfg.eval_env_kwargs), cfg.env_url)
     probe = make_env()
     try:
         ids = task_ids_of(probe, "eval.env_kwargs")[: e.num_tasks]

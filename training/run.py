@@ -65,13 +65,13 @@ def build_run(cfg: TrainConfig) -> Run:
         policy.model.load_state_dict(model_state(load_checkpoint(cfg.init_checkpoint)))
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ref = copy.deepcopy(policy.model).eval() if cfg.loss.kl_coef > 0 else None
-    make_env = env_factory(cfg.env, cfg.env_kwargs_dict, cfg.env_url)
+    chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
+    make_env = env_factory(cfg.env, chat.env_kwargs(cfg.env_kwargs_dict), cfg.env_url)
     probe = make_env()
     train_ids = task_ids_of(probe, "env")
     spec = getattr(probe.unwrapped, "judge_spec", None)
     combine = spec.combine_config() if spec is not None else None
     probe.close()
-    chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt)
     run = Run(cfg, policy, optimizer, ref, chat, make_env, train_ids, combine=combine)
     if cfg.resume and not (Path(cfg.output_dir) / CHECKPOINT).exists():
         # a restart loop that always passes --resume must recover from a kill before the first checkpoint

@@ -44,7 +44,9 @@ class WorkerSpec:
         served_model: for a ``vllm:`` policy, the served model name.
         imports: modules to import first (third-party envs and judges).
         seed: base seed of the workers' samplers.
-        tools_prompt: the chat template's tool block (``full`` or ``compact``).
+        tools_prompt: the chat template's tool block (``auto``, ``full``, ``compact`` or ``native``).
+        tool_format: the policy's tool-call format (``auto``: read from its tokenizer); the
+            worker's envs parse the format its chat template resolves.
         sample_dtype: an ``hf:`` policy samples from a copy of its weights in this dtype (``--precision``).
         group_judges: score group-batched judges (IGPO's ``progress/info_gain``) once per GRPO
             group, in one batched call, instead of inside every ``env.step``
@@ -62,6 +64,7 @@ class WorkerSpec:
     tools_prompt: str = "full"
     sample_dtype: str | None = None
     group_judges: bool = True
+    tool_format: str = "hermes"
 
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
@@ -100,14 +103,15 @@ class RolloutWorker:
         self.spec = spec
         self.index = index
         self.policy = policy if policy is not None else build_policy(spec, seed=spec.seed * 1000 + index + 1)
-        self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt)
+        self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt, tool_format=spec.tool_format)
+        self.env_kwargs = self.chat.env_kwargs(spec.env_kwargs)
         self.envs: list[Any] = []
 
     def make_env(self) -> gym.Env[str, str]:
         """A new env: ``gym.make``, or a session on the env server when the spec names one."""
         if self.spec.env_url:
-            return RemoteEnv(self.spec.env_url, env_id=self.spec.env_id, env_kwargs=self.spec.env_kwargs)
-        return gym.make(self.spec.env_id, **self.spec.env_kwargs)
+            return RemoteEnv(self.spec.env_url, env_id=self.spec.env_id, env_kwargs=self.env_kwargs)
+        return gym.make(self.spec.env_id, **self.env_kwargs)
 
     def ping(self) -> int:
         return os.getpid()

@@ -29,8 +29,9 @@ import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.core.errors import ConfigError, InfraError, TaskError
 
 #: Session keyword arguments a client may set unless ``--allow-kwargs`` says otherwise: they pick
-#: which generated tasks a session plays, never a file, a URL or a sandbox setting.
-DEFAULT_ALLOWED_KWARGS = frozenset({"split", "levels", "num_tasks", "task_seed"})
+#: which generated tasks a session plays, or how its policy writes tool calls (``tool_format``),
+#: never a file, a URL or a sandbox setting.
+DEFAULT_ALLOWED_KWARGS = frozenset({"split", "levels", "num_tasks", "task_seed", "tool_format"})
 #: Task metadata the ``tasks`` endpoint shows (gold data never leaves the server).
 PUBLIC_META = ("level", "env")
 

@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
+
+from prm_gym.core.tool_formats import ParseIssue, ToolCall, find_tagged, format_call, get_format
+
+__all__ = ["ParseIssue", "ParsedAction", "ToolCall", "format_answer", "format_tool_call", "parse_action"]
 
 #: Longest action the parser will look at, in characters; longer ones are flagged unparsed.
 MAX_ACTION_CHARS = 32_768
@@ -46,25 +50,6 @@ _THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """One parsed tool call."""
-
-    name: str
-    arguments: dict[str, Any]
-
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "arguments": self.arguments}, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class ParseIssue:
-    """Why (part of) an action could not be used."""
-
-    code: str
-    message: str
-
-
 class ParsedAction(NamedTuple):
     """The result of :func:`parse_action` (an immutable named tuple: one is built every step)."""
 
@@ -72,6 +57,7 @@ class ParsedAction(NamedTuple):
     tool_calls: tuple[ToolCall, ...] = ()
     answer: str | None = None
     issues: tuple[ParseIssue, ...] = ()
+    tool_format: str = "hermes"
 
     @property
     def ok(self) -> bool:
@@ -87,9 +73,9 @@ class ParsedAction(NamedTuple):
 _new_parsed = tuple.__new__
 
 
-def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """Render a tool call the way the parser expects it."""
-    return f"<tool_call>{ToolCall(name, arguments).to_json()}</tool_call>"
+def format_tool_call(name: str, arguments: dict[str, Any], tool_format: str = "hermes") -> str:
+    """Render a tool call the way the parser expects it in ``tool_format``."""
+    return format_call(name, arguments, tool_format)
 
 
 def format_answer(answer: str, tag: str = "answer") -> str:
@@ -124,48 +110,6 @@ def coerce_text(action: Any) -> tuple[str, list[ParseIssue]]:
         text = _CONTROL_RE.sub("", text)
         issues.append(ParseIssue("control_chars", "The action holds control characters."))
     return text, issues
-
-
-def _parse_call(body: str) -> ToolCall | ParseIssue:
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        msg = str(exc)[:200]
-        return ParseIssue("invalid_json", f"The tool call is not valid JSON ({msg}).")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return ParseIssue(
-            "bad_tool_call",
-            'A tool call must be a JSON object {"name": "<tool>", "arguments": {...}}.',
-        )
-    args = obj.get("arguments", {})
-    if isinstance(args, str):  # some models emit the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except (ValueError, RecursionError):
-            args = None
-    if not isinstance(args, dict):
-        return ParseIssue("bad_tool_call", '"arguments" must be a JSON object.')
-    extra = set(obj) - {"name", "arguments"}
-    if extra:
-        return ParseIssue("bad_tool_call", f"Unexpected keys in the tool call: {sorted(extra)}.")
-    return ToolCall(obj["name"], args)
-
-
-@lru_cache(maxsize=64)
-def _tag_pattern(tag: str) -> tuple[str, str, re.Pattern[str]]:
-    """The opening tag, the closing tag and the compiled body pattern of ``tag`` (built once)."""
-    open_t, close_t = f"<{tag}>", f"</{tag}>"
-    return open_t, close_t, re.compile(re.escape(open_t) + r"(.*?)" + re.escape(close_t), re.DOTALL)
-
-
-def _find_tagged(text: str, tag: str) -> tuple[list[str], bool]:
-    """Bodies of ``<tag>...</tag>`` and whether every opened tag was closed."""
-    open_t, close_t, pattern = _tag_pattern(tag)
-    if open_t not in text and close_t not in text:
-        return [], True
-    bodies = pattern.findall(text)
-    balanced = text.count(open_t) == len(bodies) == text.count(close_t)
-    return bodies, balanced
 
 
 #: Tags that send an action to the general parse: tool calls and the markup that is a tag.
@@ -265,38 +209,61 @@ def parse_action(
     answer_tag: str = "answer",
     max_chars: int = MAX_ACTION_CHARS,
     max_tool_calls: int = MAX_TOOL_CALLS,
+    tool_format: str = "hermes",
 ) -> ParsedAction:
     """Parse one assistant turn. Never raises on model output.
 
     Args:
-        action: the raw action (normally ``str``; bytes and other types are flagged).
+        action: the raw action (normally ``str``; bytes and other types are flagged; under the
+            ``openai`` format a message dict is taken as its JSON).
         answer_tag: the tag that holds the final answer.
         max_chars: actions longer than this are flagged ``action_too_long`` and not parsed.
         max_tool_calls: more calls than this in one turn are flagged ``too_many_tool_calls``.
+        tool_format: how tool calls are written (:data:`prm_gym.core.tool_formats.FORMATS`).
+
+    Raises:
+        ConfigError: an unknown ``tool_format`` (a caller's mistake, never the model's output).
     """
-    if isinstance(action, str) and len(action) <= max_chars:  # fast paths: reasoning, then one answer
+    if tool_format == "hermes" and isinstance(action, str) and len(action) <= max_chars:  # fast paths
         short = _short_answer_pattern(answer_tag) if len(action) <= _SHORT else None
         found = short.fullmatch(action) if short is not None else None
         if found is not None:
-            return _new_parsed(ParsedAction, (action, (), found.group(1).strip(), ()))
+            return _new_parsed(ParsedAction, (action, (), found.group(1).strip(), (), "hermes"))
         answer = _fast_answer(action, answer_tag)
         if answer is not None:
-            return _new_parsed(ParsedAction, (action, (), answer, ()))
-    return parse_general(action, answer_tag=answer_tag, max_chars=max_chars, max_tool_calls=max_tool_calls)
+            return _new_parsed(ParsedAction, (action, (), answer, (), "hermes"))
+    return parse_general(
+        action, answer_tag=answer_tag, max_chars=max_chars, max_tool_calls=max_tool_calls, tool_format=tool_format
+    )
 
 
-def parse_general(action: Any, *, answer_tag: str, max_chars: int, max_tool_calls: int) -> ParsedAction:
+def _as_text(action: Any, tool_format: str) -> Any:
+    """An openai-format message dict as its JSON text (anything else unchanged)."""
+    if tool_format == "openai" and isinstance(action, Mapping):
+        try:
+            return json.dumps(dict(action), ensure_ascii=False)
+        except (TypeError, ValueError):
+            return action
+    return action
+
+
+def parse_general(
+    action: Any, *, answer_tag: str, max_chars: int, max_tool_calls: int, tool_format: str = "hermes"
+) -> ParsedAction:
     """:func:`parse_action` without its fast path (which must always give what this gives)."""
+    fmt = get_format(tool_format)
+    action = _as_text(action, tool_format)
     text, issues = coerce_text(action)
     if not isinstance(action, str | bytes | bytearray):
-        return ParsedAction(text, issues=tuple(issues))
+        return ParsedAction(text, issues=tuple(issues), tool_format=tool_format)
     if len(text) > max_chars:
         issues.append(
             ParseIssue("action_too_long", f"The action has {len(text)} characters; the limit is {max_chars}.")
         )
-        return ParsedAction(text[:max_chars], issues=tuple(issues))
+        return ParsedAction(text[:max_chars], issues=tuple(issues), tool_format=tool_format)
     visible = _THINK_RE.sub("", text) if "<think>" in text else text
-    imitated = [m for m in ENV_MARKUP if m in visible]
+    found = fmt.extract(visible, answer_tag, max_tool_calls)
+    imitated = [m for m in ENV_MARKUP if m in visible or (found.text is not visible and m in found.text)]
     if imitated:
         issues.append(
             ParseIssue(
@@ -304,36 +271,28 @@ def parse_general(action: Any, *, answer_tag: str, max_chars: int, max_tool_call
                 f"The action contains environment markup {imitated[:3]}; only the environment writes it.",
             )
         )
-    bodies, calls_balanced = _find_tagged(visible, "tool_call")
-    answers, answer_balanced = _find_tagged(visible, answer_tag)
-    if not calls_balanced:
-        issues.append(ParseIssue("unclosed_tag", "Every <tool_call> needs a matching </tool_call>."))
+    answers, answer_balanced = find_tagged(found.text, answer_tag)
+    issues += found.structural
     if not answer_balanced:
         issues.append(ParseIssue("unclosed_tag", f"Every <{answer_tag}> needs a matching </{answer_tag}>."))
-    calls: list[ToolCall] = []
-    for body in bodies[: max_tool_calls + 1]:
-        parsed = _parse_call(body.strip())
-        if isinstance(parsed, ParseIssue):
-            issues.append(parsed)
-        else:
-            calls.append(parsed)
-    if len(bodies) > max_tool_calls:
+    issues += found.call_issues
+    if found.attempts > max_tool_calls:
         issues.append(ParseIssue("too_many_tool_calls", f"At most {max_tool_calls} tool calls per turn."))
     answer: str | None = None
     if len(answers) > 1:
         issues.append(ParseIssue("multiple_answers", f"Give exactly one <{answer_tag}>."))
     elif answers:
         answer = answers[0].strip()
-        if bodies:
+        if found.attempts:
             issues.append(
                 ParseIssue("call_and_answer", "Either call tools or give the final answer, not both in one turn.")
             )
-    if not bodies and not answers and calls_balanced and answer_balanced and not imitated:
+    if not found.attempts and not answers and not found.structural and answer_balanced and not imitated:
         issues.append(
             ParseIssue(
                 "no_action",
-                f"No tool call and no answer found. Call a tool with <tool_call>{{...}}</tool_call> "
+                f"No tool call and no answer found. Call a tool with {fmt.hint or fmt.syntax} "
                 f"or answer with <{answer_tag}>...</{answer_tag}>.",
             )
         )
-    return ParsedAction(text, tuple(calls), answer, tuple(issues))
+    return ParsedAction(text, found.calls, answer, tuple(issues), tool_format)

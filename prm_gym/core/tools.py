@@ -8,7 +8,9 @@ produced, as the env shows it to the agent and passes it to judges.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import json
 import re
 import types
 import typing
@@ -123,6 +125,19 @@ class Tool:
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
         schema = function_schema(fn, name)
         return cls(schema["function"]["name"], fn, schema)
+
+    def typed_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` written as text (Qwen3-Coder's XML parameters) with each value the schema
+        types as a number, boolean, array or object decoded from JSON where it decodes; strings,
+        and values that do not decode, stay as written (:meth:`check_arguments` then judges them)."""
+        props = self.schema["function"]["parameters"].get("properties", {})
+        typed = dict(arguments)
+        for key, value in arguments.items():
+            want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
+            if isinstance(value, str) and want in ("integer", "number", "boolean", "array", "object"):
+                with contextlib.suppress(ValueError, RecursionError):
+                    typed[key] = json.loads(value.strip())
+        return typed
 
     def check_arguments(self, arguments: dict[str, Any]) -> str | None:
         """A message for the agent if ``arguments`` do not fit the schema, else None."""

@@ -284,6 +284,16 @@ def test_fork_continues_from_the_turn_boundary(math_url: str) -> None:
     clone.close()
 
 
+def test_a_session_parses_the_tool_format_its_client_asks_for(math_url: str) -> None:
+    """train-agent sends the policy's resolved --tool-format with each session; the default
+    --allow-kwargs lets it through (it only picks the parser)."""
+    env = RemoteEnv(math_url, env_id="prm/Math-v0", env_kwargs={"tool_format": "llama3"})
+    env.reset(seed=3)
+    obs, _, _, _, info = env.step('{"name": "calculator", "parameters": {"expression": "6*7"}}')
+    assert info["tool"]["calls"] == 1 and info["parse"]["ok"] and "42" in obs
+    env.close()
+
+
 def test_wire_round_trips_odd_values() -> None:
     value = {"a": np.float64(1.5), "b": [np.int32(2), (3, math.inf)], "c": np.bool_(True), "d": object}
     back = from_wire(json.loads(dumps(value)))
