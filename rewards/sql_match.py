@@ -17,7 +17,9 @@ id                          term      scope   score
                                               succeeded and repeat no earlier call, in [0, 1]
 ==========================  ========  ======  ==============================================
 
-The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`prm_gym.sandbox.sql_db`).
+The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`prm_gym.sandbox.sql_db`),
+and the judges parse both queries in its dialect (``meta["db_dialect"]``; default PostgreSQL for
+a ``db_dsn``, SQLite for a ``db_path``).
 A failure of the gold query or of the database raises :class:`prm_gym.core.errors.JudgeError` (an
 infrastructure failure); a submitted query that is broken, writes or times out scores 0. Both
 queries have Spider's spacing typos repaired first (``> =`` runs as ``>=``). Results are fetched
@@ -78,11 +80,11 @@ class SQLShape:
     orders: bool
 
 
-def _shape(sql: str) -> SQLShape:
-    """Parse ``sql`` once and read everything the judges need from the tree."""
+def _shape(sql: str, dialect: str = "sqlite") -> SQLShape:
+    """Parse ``sql`` once, in ``dialect`` (sqlglot's name), and read everything the judges need from the tree."""
     sql = repair_spacing(sql)
     try:
-        trees = sqlglot.parse(sql, read="sqlite")
+        trees = sqlglot.parse(sql, read=dialect)
     except Exception:
         return SQLShape(False, None, bool(_ORDER_RE.search(sql)))
     if not trees or trees[0] is None:
@@ -109,9 +111,9 @@ sql_shape = lru_cache(maxsize=32)(_shape)
 gold_shape = lru_cache(maxsize=16384)(_shape)
 
 
-def gold_orders(sql: str) -> bool:
+def gold_orders(sql: str, dialect: str = "sqlite") -> bool:
     """True when the outermost query of ``sql`` has an ORDER BY (so row order matters)."""
-    return gold_shape(sql).orders
+    return gold_shape(sql, dialect).orders
 
 
 def rows_match(
@@ -141,9 +143,16 @@ def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
     return 2 * p * r / (p + r)
 
 
-def is_read_only_query(sql: str) -> bool:
-    """True when sqlglot parses ``sql`` as exactly one SELECT / set operation query."""
-    return sql_shape(sql).read_only
+def is_read_only_query(sql: str, dialect: str = "sqlite") -> bool:
+    """True when sqlglot parses ``sql`` (in ``dialect``) as exactly one SELECT / set operation query."""
+    return sql_shape(sql, dialect).read_only
+
+
+def dialect_of(turn: Turn) -> str:
+    """The SQL dialect of the turn's database: ``meta["db_dialect"]``, else PostgreSQL for a
+    ``db_dsn`` and SQLite for a ``db_path``."""
+    meta = turn.task.meta
+    return str(meta.get("db_dialect") or ("postgres" if meta.get("db_dsn") else "sqlite"))
 
 
 def _db_key(turn: Turn) -> str:
@@ -186,7 +195,7 @@ class _Databases:
                     f"task {turn.task.id}: the gold query's result is too large to compare ({exc}); "
                     "raise the judge's max_rows / max_bytes or fix the task."
                 ) from None
-            hit = (rows, gold_orders(gold_sql))
+            hit = (rows, gold_orders(gold_sql, dialect_of(turn)))
             self._gold.put(key, hit, rows_bytes(rows))
         return hit
 
@@ -267,7 +276,7 @@ class SyntaxJudge(_SQLJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         sql = turn.answer or ""
-        parses = is_read_only_query(sql)
+        parses = is_read_only_query(sql, dialect_of(turn))
         runs = parses and DATABASES.predicted(turn, self.timeout_s, self.limits)[0] is not None
         return Verdict(0.5 * parses + 0.5 * runs)
 
@@ -279,7 +288,8 @@ class SchemaLinkJudge(_SQLJudge):
     term = "schema"
 
     def score_one(self, turn: Turn) -> Verdict:
-        pred, gold = sql_shape(turn.answer or "").items, gold_shape(str(turn.task.answer)).items
+        dialect = dialect_of(turn)
+        pred, gold = sql_shape(turn.answer or "", dialect).items, gold_shape(str(turn.task.answer), dialect).items
         if pred is None or gold is None:
             return Verdict(0.0, detail="unparseable")
         union = pred | gold
