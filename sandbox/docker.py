@@ -3,6 +3,11 @@
 The container has no network (``network_mode="none"``), a memory and a PID limit, a read-only
 root file system with a tmpfs work directory, and is removed after the run. Each run is a cold
 start; use it where bubblewrap is unavailable or a specific image is needed.
+
+The daemon and the image are checked when the sandbox is made (so an env that asks for Docker
+fails at ``gym.make`` with the fix, not on every turn). Where no registry is reachable, build an
+image from this machine's Python with ``python -m prm_gym.sandbox.docker_image`` (see
+:mod:`prm_gym.sandbox.docker_image`) and pass its tag as ``image``.
 """
 
 from __future__ import annotations
@@ -16,23 +21,35 @@ from prm_gym.sandbox._exec import BOOT_SOURCE, frame_request
 from prm_gym.sandbox.protocol import MAIN_FILE, WorkerSandbox, program_files
 from prm_gym.sandbox.types import ExecResult, Limits
 
+DAEMON_HINT = (
+    "start one (`systemctl start docker`, or `dockerd` as root; Debian/Ubuntu: `apt-get install docker.io`), "
+    "point DOCKER_HOST or base_url at it, or pick another backend (sandbox='bwrap')"
+)
 
-def docker_client() -> Any:
-    """A connected docker client.
+
+def docker_client(base_url: str | None = None) -> Any:
+    """A connected docker client: for the daemon at ``base_url`` (e.g. ``unix:///run/docker.sock``),
+    else the one ``DOCKER_HOST`` or the default socket names.
 
     Raises:
-        SandboxError: the SDK is missing or no daemon answers (the message says which).
+        SandboxError: the SDK is missing or no daemon answers (the message says which, and the fix).
     """
     try:
         import docker
     except ImportError as exc:
-        raise SandboxError("the docker backend needs the docker SDK: pip install 'prm-gym[docker]'") from exc
+        raise SandboxError("the docker backend needs the docker SDK: pip install 'prm-gym[docker]'.") from exc
     try:
-        client = docker.from_env()
+        client = docker.DockerClient(base_url=base_url, timeout=30) if base_url else docker.from_env(timeout=30)
         client.ping()
     except Exception as exc:
-        raise SandboxError(f"no Docker daemon answered ({type(exc).__name__}: {exc})") from exc
+        where = base_url or "DOCKER_HOST / the default socket"
+        raise SandboxError(
+            f"no Docker daemon answered at {where} ({type(exc).__name__}: {exc}); {DAEMON_HINT}."
+        ) from exc
     return client
+
+
+NOBODY = 65534  # the user and group programs run as
 
 
 class DockerSandbox(WorkerSandbox):
@@ -40,15 +57,31 @@ class DockerSandbox(WorkerSandbox):
 
     Args:
         limits: resource limits (memory, processes, timeout, output cap, tmpfs size).
-        image: an image with ``python`` on PATH.
+        image: an image with ``python`` on PATH, already on the daemon (nothing is pulled).
+        base_url: the daemon (None: ``DOCKER_HOST`` or the default socket).
+
+    Raises:
+        SandboxError: the SDK or the daemon is missing, or the daemon has no such image.
     """
 
     name = "docker"
 
-    def __init__(self, limits: Limits | None = None, *, image: str = "python:3.11-slim"):
+    def __init__(self, limits: Limits | None = None, *, image: str = "python:3.11-slim", base_url: str | None = None):
         super().__init__(limits)
         self.image = image
-        self.client = docker_client()
+        self.client = docker_client(base_url)
+        try:
+            self.client.images.get(image)
+        except Exception as exc:
+            raise SandboxError(
+                f"the Docker daemon has no image {image!r} ({type(exc).__name__}); pull it (`docker pull {image}`) "
+                "or, offline, build one from this machine's Python with `python -m prm_gym.sandbox.docker_image` "
+                "and pass the tag it prints as image."
+            ) from exc
+
+    def close(self) -> None:
+        super().close()
+        self.client.close()
 
     def run(
         self,
@@ -73,9 +106,10 @@ class DockerSandbox(WorkerSandbox):
                 mem_limit=f"{self.limits.memory_mb}m",
                 pids_limit=self.limits.processes,
                 read_only=True,
-                tmpfs={"/work": f"size={self.limits.tmpfs_mb}m"},
+                # owned by the unprivileged user (a mode option loses to the image's own /work, copied up)
+                tmpfs={"/work": f"size={self.limits.tmpfs_mb}m,uid={NOBODY},gid={NOBODY}"},
                 working_dir="/work",
-                user="65534:65534",
+                user=f"{NOBODY}:{NOBODY}",
             )
         except Exception as exc:
             raise SandboxError(f"docker: cannot create a container of {self.image!r}: {exc}") from exc
