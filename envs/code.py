@@ -73,14 +73,18 @@ class CodeEnv(ToolEnv):
     * ``split``: the generator's split, and the split read from a dataset folder holding several.
     * ``num_tasks``, ``task_seed``: the generator's settings.
     * ``sandbox``: backend name (``bwrap-pool`` default, ``bwrap``, ``docker``, ``process``) or a
-      Sandbox; ``judge_sandbox``: backend of the unit-test judge (``bwrap``, ``bwrap-pool`` or
+      Sandbox; ``sandbox_kwargs``: its keyword arguments (for ``docker``: ``image``, an image
+      already on the daemon, e.g. one built offline by ``python -m prm_gym.sandbox.docker_image``,
+      and ``base_url``, the daemon; a missing daemon or image fails when the env is made, with the
+      fix); ``judge_sandbox``: backend of the unit-test judge (``bwrap``, ``bwrap-pool`` or
       ``process``: it needs two interactive sandboxes per grading); ``timeout_s``: per ``python``
       call; ``test_timeout_s``: one task's whole test run when grading (default 3 s, HumanEval's).
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
 
     ## Version History
     * v0: initial version; the tests run apart from the solution (no reward forgery), a
-      3 s default test limit (``test_timeout_s``), unfenced completions graded like fenced ones.
+      3 s default test limit (``test_timeout_s``), unfenced completions graded like fenced ones;
+      ``sandbox_kwargs``, and a Docker sandbox checked when the env is made.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class CodeEnv(ToolEnv):
         num_tasks: int = 500,
         task_seed: int = 0,
         sandbox: str | Sandbox = "bwrap-pool",
+        sandbox_kwargs: dict[str, Any] | None = None,
         judge_sandbox: str = "bwrap",
         timeout_s: float = 10.0,
         test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
@@ -114,7 +119,10 @@ class CodeEnv(ToolEnv):
         for jid, extra in (judge_kwargs or {}).items():
             jk[jid] = {**jk.get(jid, {}), **extra}
         self._sandbox_spec = sandbox
+        self._sandbox_kwargs = dict(sandbox_kwargs or {})
         self._sandbox: Sandbox | None = sandbox if not isinstance(sandbox, str) else None
+        if sandbox == "docker":  # the daemon and the image are checked now, not on the first turn
+            self._sandbox = make_sandbox("docker", **self._sandbox_kwargs)
         self.timeout_s = timeout_s
         super().__init__(
             task_set,
@@ -135,7 +143,7 @@ class CodeEnv(ToolEnv):
         """The sandbox of the ``python`` tool, started on first use."""
         if self._sandbox is None:
             assert isinstance(self._sandbox_spec, str)
-            self._sandbox = make_sandbox(self._sandbox_spec)
+            self._sandbox = make_sandbox(self._sandbox_spec, **self._sandbox_kwargs)
         return self._sandbox
 
     def python(self, code: str) -> str:

@@ -36,7 +36,20 @@ def tool_delay(seed: int, task_id: str, turn: int, call: str, median_s: float, s
 
 
 class SlowToolsMathEnv(MathEnv):
-    """prm/Math-v0 with a seeded log-normal sleep in every calculator call (see the module docstring).
+    """prm/Math-v0 with a seeded log-normal sleep in every calculator call.
+
+    ## Description
+    The workload of ``make compare-async``: prm/Math-v0 whose calculator calls take a seeded,
+    heavy-tailed time, as real tool calls do (see the module docstring). Not a default env.
+
+    ## Rewards
+    Those of prm/Math-v0.
+
+    ## Episode End
+    As prm/Math-v0.
+
+    ## Information
+    As prm/Math-v0; a tool call's ``latency_s`` includes the sleep.
 
     ## Arguments
     Those of prm/Math-v0, and:

@@ -11,10 +11,12 @@ from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.datasets import file_loader
+from prm_gym.envs.sql_pg import postgres_tasks
 from prm_gym.envs.sql_tasks import generate_sql_tasks, load_sql_file, sql_reader
 from prm_gym.rewards.combine import JudgeSpec
 from prm_gym.sandbox.sql_db import Database, DatabaseError, format_result
 from prm_gym.sandbox.sql_open import open_database
+from prm_gym.sandbox.sql_pghost import PostgresHost, acquire_host, release_host
 
 DEFAULT_JUDGE = (
     "rule/execution_match + 0.1*rule/sql_syntax + 0.1*rule/sql_schema_link"
@@ -22,9 +24,11 @@ DEFAULT_JUDGE = (
 )
 INSTRUCTIONS = (
     "Explore the database with the tools list_tables, describe_table and run_query (read-only; "
-    "long results are cut). When ready, reply with one final SQLite query alone inside "
+    "long results are cut). When ready, reply with one final {dialect} query alone inside "
     "<answer></answer>, e.g. <answer>SELECT name FROM customers WHERE city = 'Oslo'</answer>."
 )
+#: The database engines the env runs on, by ``backend`` name, as the prompt names them.
+BACKENDS = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 
 
 class SQLEnv(ToolEnv):
@@ -37,6 +41,19 @@ class SQLEnv(ToolEnv):
     its final query as ``<answer>SELECT ...</answer>``, which ends the episode. Every episode
     works on a guarded read-only connection (or a private in-memory copy, ``copy_db=True``):
     writes, ``ATTACH`` and pragma writes are refused, queries have a time limit and a row cap.
+
+    With ``backend="postgres"`` the same tasks run on PostgreSQL: with no ``pg_dsn`` the env
+    starts a throwaway server itself (``initdb`` and ``pg_ctl`` from Debian's ``postgresql``
+    package, which ``make setup`` installs where apt exists; a private folder and unix socket,
+    no TCP port), copies each task's SQLite database into it (table and column names
+    lower-cased, columns typed from their declarations), and stops and removes it when the
+    last env using it closes (and at interpreter exit). With ``pg_dsn`` it copies them into that
+    server instead (its user must be able to create databases and roles). Agents and judges
+    connect as a role that may only read; each query runs as a read-only server-side cursor
+    under a statement timeout, with a client-side cancel as a backstop. The prompt names the
+    dialect, gold queries are translated from SQLite's dialect by sqlglot, and the judges parse
+    in PostgreSQL's. Missing server programs, psycopg or an unreachable ``pg_dsn`` raise a
+    ``ConfigError`` with the fix when the env is made.
 
     ## Action Space
     ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
@@ -70,12 +87,15 @@ class SQLEnv(ToolEnv):
     * ``db_dir``: the folder of ``<db_id>/<db_id>.sqlite`` databases for a task file.
     * ``split``: the generator's split, and the split of a Spider/BIRD folder (``train``, ``dev``).
     * ``num_tasks``, ``task_seed``, ``levels``, ``schemas``, ``cache_dir``: generator settings.
-    * ``copy_db``: run each episode on a private in-memory copy.
+    * ``copy_db``: run each episode on a private in-memory copy (SQLite).
+    * ``backend``: ``"sqlite"`` (default) or ``"postgres"``; ``pg_dsn``: a running PostgreSQL
+      server to use instead of a throwaway one; ``pg_bin_dir``: the folder of ``initdb`` and
+      ``pg_ctl`` (default: ``PATH``, then the newest ``/usr/lib/postgresql/*/bin``).
     * ``query_timeout_s``, ``max_rows``: limits of ``run_query``.
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version; ``backend="postgres"`` added (a throwaway server or ``pg_dsn``).
     """
 
     def __init__(
@@ -90,6 +110,9 @@ class SQLEnv(ToolEnv):
         schemas: Sequence[str] = ("shop", "school", "flights"),
         cache_dir: str | Path | None = None,
         copy_db: bool = False,
+        backend: str = "sqlite",
+        pg_dsn: str | None = None,
+        pg_bin_dir: str | Path | None = None,
         query_timeout_s: float = 2.0,
         max_rows: int = 20,
         judge: str | JudgeSpec = DEFAULT_JUDGE,
@@ -98,6 +121,10 @@ class SQLEnv(ToolEnv):
     ):
         if query_timeout_s <= 0 or max_rows < 1:
             raise ConfigError(f"query_timeout_s must be > 0 and max_rows >= 1, got {query_timeout_s}, {max_rows}.")
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}.")
+        if backend == "sqlite" and (pg_dsn or pg_bin_dir):
+            raise ConfigError("pg_dsn and pg_bin_dir need backend='postgres'; set it, or drop them for SQLite.")
         dbs = Path(db_dir).expanduser() if db_dir is not None else None
         task_set = as_task_set(
             tasks,
@@ -105,13 +132,29 @@ class SQLEnv(ToolEnv):
             lambda: generate_sql_tasks(num_tasks, task_seed, split, levels, schemas, cache_dir=cache_dir),
             sql_reader(dbs),
         )
+        self.backend = backend
+        self._pg: PostgresHost | None = None
+        if backend == "postgres":  # made now, so a missing server fails here and not on every turn
+            self._pg = acquire_host(pg_dsn or None, pg_bin_dir)
+            try:
+                task_set = postgres_tasks(task_set, self._pg)
+            except BaseException:
+                release_host(self._pg)
+                raise
         self.copy_db = copy_db
         self.query_timeout_s = query_timeout_s
         self.max_rows = max_rows
         self._db: Database | None = None
         self._db_problem = ""
         tools = [Tool.from_function(f) for f in (self.list_tables, self.describe_table, self.run_query)]
-        super().__init__(task_set, tools=tools, judge=judge, max_turns=max_turns, instructions=INSTRUCTIONS, **kwargs)
+        instructions = INSTRUCTIONS.format(dialect=BACKENDS[backend])
+        try:
+            super().__init__(
+                task_set, tools=tools, judge=judge, max_turns=max_turns, instructions=instructions, **kwargs
+            )
+        except BaseException:
+            self._release_pg()
+            raise
 
     # ----------------------------------------------------------------- tools
     def list_tables(self) -> str:
@@ -130,7 +173,7 @@ class SQLEnv(ToolEnv):
         """Run one read-only SQL query and see the first rows of its result.
 
         Args:
-            sql: one SQLite SELECT statement.
+            sql: one SELECT statement, in the dialect the question names (SQLite or PostgreSQL).
         """
         result = self._database().query(sql, max_rows=self.max_rows, timeout_s=self.query_timeout_s)
         return format_result(result, max_chars=self.max_tool_output_chars)
@@ -153,12 +196,23 @@ class SQLEnv(ToolEnv):
             tables = ", ".join(self._database().tables())
         except InfraError as exc:
             tables = f"unavailable ({exc})"
-        return f"Database {db_id} (tables: {tables}).\nQuestion: {task.prompt}\n\n{self.instructions}"
+        engine = BACKENDS[self.backend]
+        return f"{engine} database {db_id} (tables: {tables}).\nQuestion: {task.prompt}\n\n{self.instructions}"
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         obs, info = super().reset(seed=seed, options=options)
         info["db_id"] = str(self.task.meta.get("db_id", "")) if self.task else ""
         return obs, info
+
+    def close(self) -> None:
+        super().close()
+        self._release_pg()
+
+    def _release_pg(self) -> None:
+        """Give the PostgreSQL host back (the last env using a throwaway server stops it); idempotent."""
+        host, self._pg = self._pg, None
+        if host is not None:
+            release_host(host)
 
     def _database(self) -> Database:
         if self._db is None:

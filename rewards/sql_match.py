@@ -17,7 +17,9 @@ id                          term      scope   score
                                               succeeded and repeat no earlier call, in [0, 1]
 ==========================  ========  ======  ==============================================
 
-The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`prm_gym.sandbox.sql_db`).
+The task names its database in ``meta`` (``db_path`` or ``db_dsn``, see :mod:`prm_gym.sandbox.sql_db`),
+and the judges parse both queries in its dialect (``meta["db_dialect"]``; default PostgreSQL for
+a ``db_dsn``, SQLite for a ``db_path``).
 A failure of the gold query or of the database raises :class:`prm_gym.core.errors.JudgeError` (an
 infrastructure failure); a submitted query that is broken, writes or times out scores 0. Both
 queries have Spider's spacing typos repaired first (``> =`` runs as ``>=``). Results are fetched
@@ -62,6 +64,7 @@ __all__ = [  # the query-shape helpers live in prm_gym.rewards.sql_shape and are
     "SQLShape",
     "SchemaLinkJudge",
     "SyntaxJudge",
+    "dialect_of",
     "gold_orders",
     "gold_shape",
     "is_read_only_query",
@@ -96,6 +99,13 @@ def row_f1(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
         return 0.0
     p, r = same / len(pred), same / len(gold)
     return 2 * p * r / (p + r)
+
+
+def dialect_of(turn: Turn) -> str:
+    """The SQL dialect of the turn's database: ``meta["db_dialect"]``, else PostgreSQL for a
+    ``db_dsn`` and SQLite for a ``db_path``."""
+    meta = turn.task.meta
+    return str(meta.get("db_dialect") or ("postgres" if meta.get("db_dsn") else "sqlite"))
 
 
 def _db_key(turn: Turn) -> str:
@@ -138,7 +148,7 @@ class _Databases:
                     f"task {turn.task.id}: the gold query's result is too large to compare ({exc}); "
                     "raise the judge's max_rows / max_bytes or fix the task."
                 ) from None
-            hit = (rows, gold_orders(gold_sql))
+            hit = (rows, gold_orders(gold_sql, dialect_of(turn)))
             self._gold.put(key, hit, rows_bytes(rows))
         return hit
 
@@ -222,7 +232,7 @@ class SyntaxJudge(_SQLJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         sql = turn.answer or ""
-        parses = is_read_only_query(sql)
+        parses = is_read_only_query(sql, dialect_of(turn))
         runs = parses and DATABASES.predicted(turn, self.timeout_s, self.limits)[0] is not None
         return Verdict(0.5 * parses + 0.5 * runs)
 
@@ -234,7 +244,8 @@ class SchemaLinkJudge(_SQLJudge):
     term = "schema"
 
     def score_one(self, turn: Turn) -> Verdict:
-        pred, gold = sql_shape(turn.answer or "").items, gold_shape(str(turn.task.answer)).items
+        dialect = dialect_of(turn)
+        pred, gold = sql_shape(turn.answer or "", dialect).items, gold_shape(str(turn.task.answer), dialect).items
         if pred is None or gold is None:
             return Verdict(0.0, detail="unparseable")
         union = pred | gold

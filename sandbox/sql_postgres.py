@@ -2,17 +2,34 @@
 
 A task points at a server with ``meta["db_dsn"]`` (``"host=/run/pg dbname=shop user=agent"``).
 Every query runs in its own read-only transaction with a ``statement_timeout`` and is rolled
-back afterwards. Give the env a role that may only ``SELECT``: a read-only transaction cannot
+back afterwards. It runs as a server-side cursor (``DECLARE ... CURSOR FOR``, sent with the
+extended protocol): only a query can run that way, never a second statement smuggled behind it
+(``SET statement_timeout = 0; SELECT pg_sleep(100)``), and only the rows asked for reach the
+client. A watchdog cancels the query from the client a moment past its limit should the server
+not stop it. Give the env a role that may only ``SELECT``: a read-only transaction cannot
 write tables, but server-side functions of a superuser can reach the file system.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
+import threading
 import time
 from typing import Any
 
 from prm_gym.core.errors import ToolError
 from prm_gym.sandbox.sql_db import DatabaseError, QueryResult, format_result, quote_ident
+
+#: Statements that are not queries (a cursor cannot run them: PostgreSQL calls them a syntax error).
+_NOT_A_QUERY = re.compile(
+    r"(\s|--[^\n]*\n|/\*.*?\*/)*(insert|update|delete|merge|create|drop|alter|truncate|grant|revoke|set|reset|copy"
+    r"|call|do|vacuum|analyze|cluster|reindex|lock|listen|notify|load|discard|begin|commit|rollback|prepare|execute"
+    r"|comment|security|refresh|import)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+#: Seconds past a query's limit after which the client cancels it, should the server not have.
+CANCEL_GRACE_S = 1.0
 
 
 class PostgresDatabase:
@@ -47,31 +64,38 @@ class PostgresDatabase:
             raise DatabaseError(f"database {self.name!r} is closed.")
         psycopg = self._psycopg
         start = time.perf_counter()
+        watchdog = threading.Timer(timeout_s + CANCEL_GRACE_S, self._cancel)
         try:
-            with self._conn.cursor() as cur:
-                cur.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
+            self._conn.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
+            watchdog.start()
+            with self._conn.cursor(name="prm_query") as cur:
                 cur.execute(sql.encode("utf-8"))
-                if cur.description is None:
-                    raise ToolError(
-                        "only read-only queries (SELECT / WITH) are allowed; this statement returns no rows."
-                    )
                 rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows + 1)
-                columns = tuple(d.name for d in cur.description)
+                columns = tuple(d.name for d in cur.description or ())
         except psycopg.Error as exc:
             state = getattr(exc, "sqlstate", None) or ""
             if self._conn.closed or self._conn.broken or isinstance(exc, psycopg.OperationalError):
                 self._recover(exc)  # the server is fine: the agent's query ended its own session
             if state == "57014":
                 raise ToolError("the query ran past its time limit and was stopped.") from None
-            if state == "25006" or state == "42501":
+            if state in ("25006", "42501") or (state == "42601" and _NOT_A_QUERY.match(sql)):
                 raise ToolError("only read-only queries are allowed; the statement was refused.") from None
             raise ToolError(f"{type(exc).__name__}: {str(exc).strip()}") from None
         finally:
+            watchdog.cancel()
             if not self._conn.closed and not self._conn.broken:
                 self._conn.rollback()
         truncated = max_rows is not None and len(rows) > max_rows
         rows = rows[:max_rows] if max_rows is not None else rows
         return QueryResult(columns, tuple(tuple(r) for r in rows), truncated, time.perf_counter() - start)
+
+    def _cancel(self) -> None:
+        """Ask the server to stop the running query (the watchdog's last resort)."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            # the query may have ended meanwhile, or the server be gone (the query then fails itself)
+            with contextlib.suppress(self._psycopg.Error):
+                conn.cancel()
 
     def _recover(self, exc: Exception) -> None:
         """After a failure that could be the server's: reconnect, or raise DatabaseError if it is down.

@@ -236,6 +236,40 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class SQLConfig:
+    """prm/SQL-v0's database engine, passed to the env as its backend, pg_dsn and pg_bin_dir arguments."""
+
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    """SQLite files, or PostgreSQL: a throwaway server the env starts itself (initdb and pg_ctl
+    from Debian's postgresql package) or the server of --sql.pg-dsn."""
+    pg_dsn: str = ""
+    """A running PostgreSQL server (a libpq connection string whose user may create databases and
+    roles) to load the task databases into, instead of a throwaway server."""
+    pg_bin_dir: str = ""
+    """The folder of initdb and pg_ctl for the throwaway server (empty: PATH, then the newest
+    /usr/lib/postgresql/*/bin)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.backend == "postgres" or not (self.pg_dsn or self.pg_bin_dir),
+            "sql.backend",
+            self.backend,
+            "--sql.pg-dsn and --sql.pg-bin-dir need --sql.backend postgres",
+        )
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """The env keyword arguments these settings stand for (none at the defaults)."""
+        if self.backend == "sqlite":
+            return {}
+        kw: dict[str, Any] = {"backend": self.backend}
+        if self.pg_dsn:
+            kw["pg_dsn"] = self.pg_dsn
+        if self.pg_bin_dir:
+            kw["pg_bin_dir"] = self.pg_bin_dir
+        return kw
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Train any registered env with any policy, judge and algorithm."""
 
@@ -321,10 +355,19 @@ class TrainConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sql: SQLConfig = field(default_factory=SQLConfig)
 
     def __post_init__(self) -> None:
         _check("/" in self.env, "env", self.env, "give a registered id such as prm/Math-v0")
-        parse_json_kwargs("env_kwargs", self.env_kwargs)
+        env_kw = parse_json_kwargs("env_kwargs", self.env_kwargs)
+        _check(
+            not self.sql.env_kwargs() or self.env.split(":")[-1].startswith("prm/SQL-"),
+            "sql.backend",
+            self.sql.backend,
+            f"--sql.* settings apply to prm/SQL-v0, not {self.env}",
+        )
+        both = sorted(set(self.sql.env_kwargs()) & set(env_kw))
+        _check(not both, "env_kwargs", self.env_kwargs, f"{both} also set by --sql.*; give them in one place")
         _check(
             not self.env_url or re.fullmatch(r"https?://[^\s/]+(/\S*)?", self.env_url) is not None,
             "env_url",
@@ -375,7 +418,7 @@ class TrainConfig:
 
     @property
     def env_kwargs_dict(self) -> dict[str, Any]:
-        kw = parse_json_kwargs("env_kwargs", self.env_kwargs)
+        kw = {**parse_json_kwargs("env_kwargs", self.env_kwargs), **self.sql.env_kwargs()}
         if self.judge:
             kw["judge"] = self.judge
         if self.tasks:

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,4 +109,27 @@ def test_ending_its_own_session_is_the_agents_error_not_infra(pg_dsn: str) -> No
     with pytest.raises(ToolError):
         db.query("SELECT pg_terminate_backend(pg_backend_pid())")
     assert db.query("SELECT COUNT(*) FROM pet").rows == ((3,),)  # reconnected
+    db.close()
+
+
+def test_a_smuggled_second_statement_cannot_lift_the_time_limit(pg_dsn: str) -> None:
+    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+
+    db = PostgresDatabase(pg_dsn)
+    start = time.monotonic()
+    for sql in ("SET statement_timeout = 0; SELECT pg_sleep(30)", "SELECT 1; SELECT pg_sleep(30)"):
+        with pytest.raises(ToolError):
+            db.query(sql, timeout_s=0.5)
+    assert time.monotonic() - start < 5
+    assert db.query("SELECT COUNT(*) FROM pet").rows == ((3,),)
+    db.close()
+
+
+def test_only_the_rows_asked_for_reach_the_client(pg_dsn: str) -> None:
+    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+
+    db = PostgresDatabase(pg_dsn)
+    start = time.monotonic()
+    res = db.query("SELECT generate_series(1, 200000000) AS g", max_rows=5, timeout_s=30)
+    assert res.truncated and res.rows == ((1,), (2,), (3,), (4,), (5,)) and time.monotonic() - start < 5
     db.close()
