@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,serve,dev
+EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,interop,ray,serve,lora,dev
 
 .PHONY: setup demo test test-slow test-gpu test-vllm reliability lint learn bench bench-peers clean
 
