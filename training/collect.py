@@ -175,7 +175,7 @@ class StepCollector:
             return uniform_chooser(self.train_ids)(env, count, rng)
         if len(self.train_ids) == 1:
             return self.tracker.pick(count, rng)
-        return [key.split("::", 1)[1] for key in self.tracker.pick(count, rng, env=env)]
+        return [key[len(task_key(env, "")) :] for key in self.tracker.pick(count, rng, env=env)]
 
     def _play(self, step: int, picks: list[tuple[str, str, int]], survived: CollectStats) -> list[Any]:
         if self.tree is not None:  # one job per task: its trees, branch points seeded by (task seed, run seed, step)

@@ -14,10 +14,10 @@ from prm_gym.core.errors import ConfigError
 from prm_gym.core.models import tiny_tokenizer
 from prm_gym.core.policy import FakePolicy
 from prm_gym.training.cli import merge_repeated, parse
-from prm_gym.training.collect import StepCollector, step_tasks, unit_trajectories
-from prm_gym.training.config import EvalConfig, TrainConfig
+from prm_gym.training.collect import StepCollector, make_tracker, step_tasks, unit_trajectories
+from prm_gym.training.config import EvalConfig, RecipeConfig, TrainConfig
 from prm_gym.training.metrics import read_metrics
-from prm_gym.training.run import probe_envs
+from prm_gym.training.run import Run, probe_envs
 from prm_gym.training.sources import LocalRollouts, worker_spec
 from prm_gym.training.trainer import train
 from tests.training.test_trainer import small
@@ -109,12 +109,15 @@ def test_a_single_env_draws_what_it_drew_before_mixtures() -> None:
         assert [(t, s) for _, t, s in step_tasks(cfg, {MATH: ids}, step, 3)] == old
 
 
-def test_a_group_is_always_one_task_of_one_env(tmp_path: Path) -> None:
-    cfg = mixed(tmp_path, tasks_per_step=3, group_size=3)
-    _, train_ids, combine = probe_envs(cfg)
+@pytest.mark.parametrize("curriculum", [False, True])
+def test_a_group_is_always_one_task_of_one_env(tmp_path: Path, curriculum: bool) -> None:
+    cfg = mixed(tmp_path, tasks_per_step=3, group_size=3, recipes=RecipeConfig(curriculum=curriculum))
+    makers, train_ids, combine = probe_envs(cfg)
     tok = tiny_tokenizer()
     source = LocalRollouts(worker_spec(cfg), [FakePolicy(tok, ["<answer>4</answer>"])])
-    collector = StepCollector(cfg, source, train_ids, None, combine)
+    tracker = make_tracker(cfg, Run(cfg, None, None, None, None, makers, train_ids))  # type: ignore[arg-type]
+    assert (tracker is not None) == curriculum
+    collector = StepCollector(cfg, source, train_ids, tracker, combine)
     seen: Counter[str] = Counter()
     try:
         for step in range(8):
