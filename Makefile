@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,serve,dev
+EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,serve,lora,dev
 # System packages set-up installs where apt exists (as root, or through passwordless sudo): bubblewrap
 # (the default sandbox), PostgreSQL's server programs (prm/SQL-v0 --sql.backend postgres starts a
 # throwaway server with them) and docker.io (the Docker sandbox and its tests). A missing one only

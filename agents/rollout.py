@@ -57,6 +57,8 @@ class Trajectory:
     truncated: bool = False
     policy_version: int = 0
     seed: int | None = None
+    env_id: str = ""
+    """The env id it was played in (set by the trainer's rollout workers; "" when unknown)."""
 
     @property
     def total_reward(self) -> float:

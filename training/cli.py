@@ -3,6 +3,7 @@
 Examples::
 
     train-agent --env prm/Math-v0 --policy hf:tiny --algo grpo --steps 20
+    train-agent --env prm/Math-v0:0.7 --env prm/SQL-v0:0.3 --steps 20
     train-agent --env prm/Math-v0 --algo tree-grpo --tree.num-trees 2 --tree.expand-nodes 3
     train-agent --asynchronous.enabled --asynchronous.max-staleness 2 --output-dir runs/async
     train-agent --mode eval --output-dir runs/async
@@ -25,21 +26,58 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     """The config from command-line flags (``--help`` lists every knob)."""
     import tyro
 
-    return tyro.cli(TrainConfig, args=list(argv) if argv is not None else None, description=__doc__)
+    args = merge_repeated(list(argv) if argv is not None else sys.argv[1:], "--env")
+    return tyro.cli(TrainConfig, args=args, description=__doc__)
+
+
+def merge_repeated(argv: list[str], flag: str) -> list[str]:
+    """``argv`` with every ``flag VALUE...`` (or ``flag=VALUE``) gathered into one ``flag V1 V2 ...``
+    at the first one's place: ``--env prm/Math-v0:0.5 --env prm/SQL-v0:0.5`` names both envs
+    (tyro keeps only the last of a repeated flag)."""
+    out: list[str] = []
+    values: list[str] = []
+    at: int | None = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            out += argv[i:]
+            break
+        if arg == flag or arg.startswith(flag + "="):
+            if at is None:
+                at = len(out)
+            if "=" in arg:
+                values.append(arg.split("=", 1)[1])
+                i += 1
+                continue
+            i += 1
+            while i < len(argv) and not argv[i].startswith("-"):
+                values.append(argv[i])
+                i += 1
+            continue
+        out.append(arg)
+        i += 1
+    if at is not None:
+        out[at:at] = [flag, *values]
+    return out
 
 
 def run_eval(cfg: TrainConfig) -> dict[str, float]:
     """Evaluate the latest checkpoint in ``cfg.output_dir`` (or the initial policy) and save eval.json."""
     from prm_gym.agents.chat import ChatTemplate
     from prm_gym.core.hf import HFPolicy
-    from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint, model_state
+    from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
     from prm_gym.training.evaluation import evaluate
+    from prm_gym.training.lora import apply_checkpoint
+    from prm_gym.training.run import initial_weights
 
-    policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed)
+    policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
     ckpt = Path(cfg.output_dir) / CHECKPOINT
     source = cfg.init_checkpoint or (str(ckpt) if ckpt.exists() else "")
-    if source:
-        policy.model.load_state_dict(model_state(load_checkpoint(source)))
+    if cfg.init_checkpoint:
+        policy.model = initial_weights(policy.model, load_checkpoint(cfg.init_checkpoint))
+    elif source:
+        policy.model = apply_checkpoint(policy.model, load_checkpoint(source))  # LoRA: adapters onto --policy
     chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
     result = evaluate(policy, chat, cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ on Ray, synchronous or asynchronous.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +18,12 @@ import numpy as np
 
 from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.tasks import Task
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.batch import Grouping, compute_advantages, flatten_groups, outcome_and_process
 from prm_gym.training.config import LossConfig, TrainConfig
 from prm_gym.training.curriculum import DifficultyTracker
+from prm_gym.training.mixture import draw_tasks, task_key, uniform_chooser
 from prm_gym.training.recipes import resample_on_correct
 from prm_gym.training.run import Run
 from prm_gym.training.sources import Job, RolloutSource
@@ -29,23 +31,35 @@ from prm_gym.training.tree import TreeSample, merge_samples
 from prm_gym.training.worker import CollectStats
 
 
-def step_tasks(cfg: TrainConfig, train_ids: Sequence[str], index: int, count: int) -> list[tuple[str, int]]:
-    """``count`` (task id, episode seed) pairs for step ``index``; deterministic in the index."""
+def step_tasks(
+    cfg: TrainConfig, train_ids: Mapping[str, Sequence[str]], index: int, count: int
+) -> list[tuple[str, str, int]]:
+    """``count`` (env id, task id, episode seed) triples for step ``index``, each env drawn by its
+    weight (:func:`prm_gym.training.mixture.draw_tasks`); deterministic in the index, so a resumed
+    run draws what an uninterrupted one would."""
     rng = np.random.default_rng([cfg.seed, index])
-    picks = rng.choice(len(train_ids), size=count, replace=len(train_ids) < count)
-    return [(train_ids[int(p)], int(rng.integers(2**31 - 1))) for p in picks]
+    picks = draw_tasks(rng, cfg.env_shares, count, uniform_chooser(train_ids))
+    return [(env, t, int(rng.integers(2**31 - 1))) for env, t in picks]
 
 
 def make_tracker(cfg: TrainConfig, run: Run) -> DifficultyTracker | None:
-    """A :class:`DifficultyTracker` over the run's training tasks when a difficulty recipe is on."""
+    """A :class:`DifficultyTracker` over the run's training tasks when a difficulty recipe is on.
+
+    In a mixture each task is keyed by :func:`prm_gym.training.mixture.task_key` and its ``env``
+    meta is its env id, so levels are tracked per env."""
     r = cfg.recipes
     if not (r.difficulty_filter or r.curriculum):
         return None
-    env = run.make_env()
-    try:
-        tasks = [env.unwrapped.tasks.get(i) for i in run.train_ids]  # type: ignore[attr-defined]
-    finally:
-        env.close()
+    tasks: list[Task] = []
+    for env_id, ids in run.train_ids.items():
+        env = run.make_envs[env_id]()
+        try:
+            found = [env.unwrapped.tasks.get(i) for i in ids]  # type: ignore[attr-defined]
+        finally:
+            env.close()
+        if len(run.train_ids) > 1:
+            found = [Task(task_key(env_id, t.id), t.prompt, t.answer, {**t.meta, "env": env_id}) for t in found]
+        tasks += found
     return DifficultyTracker(tasks, r)
 
 
@@ -94,7 +108,7 @@ class StepCollector:
     Args:
         cfg: the run's config (algorithm, group size, recipes, sampling).
         source: where episodes are played.
-        train_ids: the training task ids.
+        train_ids: the training task ids of each env of the run.
         tracker: the difficulty tracker (difficulty filter / curriculum), or None.
         combine: the env judge expression's combination options, so that dynamic sampling tests the
             same shaped rewards the advantages are computed from.
@@ -104,11 +118,12 @@ class StepCollector:
         self,
         cfg: TrainConfig,
         source: RolloutSource,
-        train_ids: Sequence[str],
+        train_ids: Mapping[str, Sequence[str]],
         tracker: DifficultyTracker | None = None,
         combine: CombineConfig | None = None,
     ):
-        self.cfg, self.source, self.train_ids = cfg, source, list(train_ids)
+        self.cfg, self.source = cfg, source
+        self.train_ids = {env: list(ids) for env, ids in train_ids.items()}
         self.tracker, self.combine = tracker, combine
         s = cfg.sampling
         self.sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
@@ -148,23 +163,25 @@ class StepCollector:
         stats.update(survived.as_metrics())
         return Collected(kept[: cfg.tasks_per_step] or last, stats)
 
-    def _pick(self, step: int, rounds: int, rng: np.random.Generator) -> list[tuple[str, int]]:
+    def _pick(self, step: int, rounds: int, rng: np.random.Generator) -> list[tuple[str, str, int]]:
         n = self.cfg.tasks_per_step
         if self.tracker is None and rounds == 0:
             return step_tasks(self.cfg, self.train_ids, step, n)
-        if self.tracker is not None:
-            ids = self.tracker.pick(n, rng)
-        else:
-            ids = [
-                self.train_ids[int(p)] for p in rng.choice(len(self.train_ids), size=n, replace=len(self.train_ids) < n)
-            ]
-        return [(t, int(s)) for t, s in zip(ids, rng.integers(2**31 - 1, size=len(ids)), strict=True)]
+        picks = draw_tasks(rng, self.cfg.env_shares, n, self._choose)
+        return [(e, t, int(s)) for (e, t), s in zip(picks, rng.integers(2**31 - 1, size=len(picks)), strict=True)]
 
-    def _play(self, step: int, pairs: list[tuple[str, int]], survived: CollectStats) -> list[Any]:
+    def _choose(self, env: str, count: int, rng: np.random.Generator) -> list[str]:
+        if self.tracker is None:
+            return uniform_chooser(self.train_ids)(env, count, rng)
+        if len(self.train_ids) == 1:
+            return self.tracker.pick(count, rng)
+        return [key[len(task_key(env, "")) :] for key in self.tracker.pick(count, rng, env=env)]
+
+    def _play(self, step: int, picks: list[tuple[str, str, int]], survived: CollectStats) -> list[Any]:
         if self.tree is not None:  # one job per task: its trees, branch points seeded by (task seed, run seed, step)
-            jobs: list[Job] = [(t, [s, self.cfg.seed, step]) for t, s in pairs]
+            jobs = [Job(t, [s, self.cfg.seed, step], env) for env, t, s in picks]
         else:
-            jobs = [(t, [s + j for j in range(self.width)]) for t, s in pairs]
+            jobs = [Job(t, [s + j for j in range(self.width)], env) for env, t, s in picks]
         units, cstats = self.source.collect(jobs, self.sampling, self.cfg.sampling.max_context_tokens, self.tree)
         survived.add(cstats)
         if self.tracker is not None:
@@ -178,7 +195,8 @@ class StepCollector:
         threshold = self.cfg.recipes.success_threshold
         outcomes = [outcome_and_process(t, self.cfg.loss.outcome_terms)[0] for t in trajs]
         if trajs:
-            self.tracker.record(trajs[0].task_id, sum(o >= threshold for o in outcomes), len(outcomes))
+            key = trajs[0].task_id if len(self.train_ids) == 1 else task_key(trajs[0].env_id, trajs[0].task_id)
+            self.tracker.record(key, sum(o >= threshold for o in outcomes), len(outcomes))
 
     def _roc(self, unit: Any, rng: np.random.Generator) -> Any:
         if self.width <= self.cfg.group_size or isinstance(unit, TreeSample):

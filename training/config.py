@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.training.mixture import EnvShare, kwargs_per_env, parse_env_spec
 
 
 def _check(ok: bool, name: str, value: Any, fix: str) -> None:
@@ -270,13 +271,45 @@ class SQLConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """LoRA (Hu et al. 2021, through peft): train low-rank adapters instead of the whole model."""
+
+    rank: int = 0
+    """Adapter rank r, e.g. --lora.rank 16 (0: train the whole model). Needs peft: pip install 'prm-gym[lora]'."""
+    alpha: float = 32.0
+    """The adapters' update is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input (0 keeps the learner's log-probs those of the sampler)."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Linear layers that get adapters (Llama-style attention projections by default)."""
+    publish: Literal["merged", "adapter"] = "merged"
+    """How --policy vllm:<url> servers get new weights: the adapters merged into a full copy they
+    reload, or the adapter alone through vLLM's runtime LoRA loading (start the servers with
+    --enable-lora --max-lora-rank >= rank and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)."""
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 0, "lora.rank", self.rank, "use a rank >= 1 such as 16 (0 trains the whole model)")
+        _check(self.alpha > 0, "lora.alpha", self.alpha, "use a value > 0 such as 32")
+        _check(0 <= self.dropout < 1, "lora.dropout", self.dropout, "use a value in [0, 1)")
+        _check(
+            self.rank == 0 or len(self.target_modules) > 0,
+            "lora.target_modules",
+            self.target_modules,
+            "name the linear layers to adapt, e.g. --lora.target-modules q_proj v_proj",
+        )
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Train any registered env with any policy, judge and algorithm."""
 
-    env: str = "prm/Math-v0"
-    """Registered env id."""
+    env: str | tuple[str, ...] = "prm/Math-v0"
+    """Registered env id, or a weighted mixture: --env prm/Math-v0:0.5 --env prm/SQL-v0:0.3 --env
+    prm/Search-v0:0.2 (each task of a step comes from an env drawn by weight; no weights: equal
+    shares; docs/training.md, "Mixed-env runs")."""
     env_kwargs: str = ""
-    """JSON keyword arguments for gym.make, e.g. '{"levels": [1]}'."""
+    """JSON keyword arguments for gym.make, e.g. '{"levels": [1]}'; in a mixture a key naming one
+    of its envs holds that env's own, e.g. '{"max_turns": 4, "prm/Math-v0": {"levels": [1]}}'."""
     tasks: str = ""
     """The env's tasks instead of its generator: a task file (jsonl, json, parquet, arrow), a dataset
     folder, or dataset:<name>:<path> with name gsm8k, math, hotpotqa, nq, search-r1, spider, bird, mbpp
@@ -356,18 +389,32 @@ class TrainConfig:
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     sql: SQLConfig = field(default_factory=SQLConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
-        _check("/" in self.env, "env", self.env, "give a registered id such as prm/Math-v0")
+        self._check_envs()
+        _check(
+            self.lora.publish == "merged" or self.policy.startswith("vllm:") or bool(self.vllm_weights),
+            "lora.publish",
+            self.lora.publish,
+            "adapter publishing is for --policy vllm:<url> servers; other policies get merged weights",
+        )
         env_kw = parse_json_kwargs("env_kwargs", self.env_kwargs)
         _check(
-            not self.sql.env_kwargs() or self.env.split(":")[-1].startswith("prm/SQL-"),
+            not self.sql.env_kwargs() or any(e.startswith("prm/SQL-") for e in self.env_ids),
             "sql.backend",
             self.sql.backend,
-            f"--sql.* settings apply to prm/SQL-v0, not {self.env}",
+            f"--sql.* settings apply to prm/SQL-v0, not {', '.join(self.env_ids)}",
         )
         both = sorted(set(self.sql.env_kwargs()) & set(env_kw))
         _check(not both, "env_kwargs", self.env_kwargs, f"{both} also set by --sql.*; give them in one place")
+        _check(
+            not (self.tasks or self.eval.tasks) or len(self.env_ids) == 1,
+            "tasks",
+            self.tasks or self.eval.tasks,
+            "--tasks and --eval.tasks name one env's tasks; in a mixture give each env its own in "
+            """--env-kwargs '{"prm/Math-v0": {"tasks": ...}}'""",
+        )
         _check(
             not self.env_url or re.fullmatch(r"https?://[^\s/]+(/\S*)?", self.env_url) is not None,
             "env_url",
@@ -411,23 +458,60 @@ class TrainConfig:
             "Resample-on-Correct down-samples a flat oversampled group; use it with --algo grpo",
         )
 
+    # ---- the envs of the run (one, or a weighted mixture: training/mixture.py) ----
+
+    def _check_envs(self) -> None:
+        shares = parse_env_spec(self.env)
+        self.env_kwargs_for(shares[0].env_id)  # both JSON objects parse and name only the run's envs
+        self.eval_env_kwargs_for(shares[0].env_id)
+        _check(
+            len(shares) == 1 or not self.env_url,
+            "env_url",
+            self.env_url,
+            "an env server serves one env; train a mixture with local envs (drop --env-url)",
+        )
+
     @property
     def sample_dtype(self) -> str | None:
         """The torch dtype an hf: sampler's copy of the weights takes (None: the weights themselves)."""
         return "bfloat16" if self.precision == "bf16" else None
 
     @property
-    def env_kwargs_dict(self) -> dict[str, Any]:
-        kw = {**parse_json_kwargs("env_kwargs", self.env_kwargs), **self.sql.env_kwargs()}
+    def env_shares(self) -> tuple[EnvShare, ...]:
+        """The run's envs with their normalised weights (one env: weight 1)."""
+        return parse_env_spec(self.env)
+
+    @property
+    def env_ids(self) -> tuple[str, ...]:
+        """The run's env ids, in the order given."""
+        return tuple(s.env_id for s in self.env_shares)
+
+    def env_kwargs_for(self, env_id: str) -> dict[str, Any]:
+        """Keyword arguments of ``env_id`` for training (``--env-kwargs``, ``--sql.*``, then
+        ``--judge`` and ``--tasks``)."""
+        kw = kwargs_per_env(parse_json_kwargs("env_kwargs", self.env_kwargs), self.env_ids, "env_kwargs")[env_id]
+        if env_id.startswith("prm/SQL-"):
+            kw.update(self.sql.env_kwargs())
         if self.judge:
             kw["judge"] = self.judge
         if self.tasks:
             kw["tasks"] = self.tasks
         return kw
 
-    @property
-    def eval_env_kwargs(self) -> dict[str, Any]:
-        kw = {**self.env_kwargs_dict, **parse_json_kwargs("eval.env_kwargs", self.eval.env_kwargs)}
+    def eval_env_kwargs_for(self, env_id: str) -> dict[str, Any]:
+        """Keyword arguments of ``env_id`` for held-out evaluation (``--eval.env-kwargs`` over the training ones)."""
+        ev = kwargs_per_env(parse_json_kwargs("eval.env_kwargs", self.eval.env_kwargs), self.env_ids, "eval.env_kwargs")
+        kw = {**self.env_kwargs_for(env_id), **ev[env_id]}
         if self.eval.tasks:
             kw["tasks"] = self.eval.tasks
         return kw
+
+    @property
+    def env_kwargs_dict(self) -> dict[str, Any]:
+        """Training keyword arguments of the first env (the only one outside a mixture)."""
+        return self.env_kwargs_for(self.env_ids[0])
+
+    @property
+    def eval_env_kwargs(self) -> dict[str, Any]:
+        """Evaluation keyword arguments of the first env (the only one outside a mixture)."""
+        return self.eval_env_kwargs_for(self.env_ids[0])

@@ -99,9 +99,11 @@ class DifficultyTracker:
         p = self.cfg.curriculum_target if value is None else value
         return math.exp(-abs(p - self.cfg.curriculum_target) / 0.25)
 
-    def pick(self, count: int, rng: np.random.Generator) -> list[str]:
-        """``count`` task ids among the allowed ones (all tasks when none is allowed)."""
-        ids = [t.id for t in self.tasks if self.allowed(t.id)] or [t.id for t in self.tasks]
+    def pick(self, count: int, rng: np.random.Generator, env: str | None = None) -> list[str]:
+        """``count`` task ids among the allowed ones (all tasks when none is allowed); with ``env``,
+        among that env's tasks only (``task.meta["env"]``: a mixture draws each env by its weight)."""
+        pool = [t.id for t in self.tasks if env is None or self._bucket[t.id][0] == env]
+        ids = [i for i in pool if self.allowed(i)] or pool
         w = np.array([self.weight(i) for i in ids], dtype=np.float64)
         picks = rng.choice(len(ids), size=count, replace=len(ids) < count, p=w / w.sum())
         return [ids[int(p)] for p in picks]

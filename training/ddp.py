@@ -166,6 +166,8 @@ def setup_learner(run: Any) -> Learner:
         return Learner(run.policy.model, run.optimizer, device=device)
     if cfg.asynchronous.enabled:
         raise ConfigError("asynchronous.enabled: torchrun trains synchronously; drop the flag.")
+    if cfg.sharding == "fsdp" and cfg.lora.rank:
+        raise ConfigError("lora.rank: FSDP does not shard LoRA models here; use --sharding ddp (adapters are small).")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(cfg.device, local_rank)
     if device.type == "cuda":
@@ -176,6 +178,10 @@ def setup_learner(run: Any) -> Learner:
     _move(run, device)
     rank, world = dist.get_rank(), dist.get_world_size()
     if cfg.sharding == "fsdp":
+        if cfg.lora.rank:
+            raise ConfigError(
+                "lora.rank: FSDP does not shard LoRA models here; use --sharding ddp (the adapters are small)."
+            )
         model, optimizer = fsdp.shard(run.policy.model, run.optimizer)
         return Learner(model, optimizer, rank, world, device, owns_group=owns)
     ids = [device.index] if device.type == "cuda" else None

@@ -22,7 +22,7 @@ import ray
 from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TreeConfig
-from prm_gym.training.worker import CollectStats, RolloutWorker, WorkerSpec
+from prm_gym.training.worker import CollectStats, Job, RolloutWorker, WorkerSpec
 
 
 class RayRollouts:
@@ -107,12 +107,12 @@ class RayRollouts:
 
     def collect(
         self,
-        groups: Sequence[tuple[str, Sequence[int]]],
+        groups: Sequence[Job],
         sampling: SamplingParams,
         max_context_tokens: int,
         tree: TreeConfig | None = None,
     ) -> tuple[list[Any], CollectStats]:
-        """Play every ``(task_id, seeds)`` group (with ``tree``: every task's trees, see
+        """Play every ``(task_id, seeds[, env])`` group (with ``tree``: every task's trees, see
         :meth:`RolloutWorker.play`); returns the groups that finished, in order."""
         stats = CollectStats()
         pending = list(range(len(groups)))[::-1]
@@ -125,9 +125,9 @@ class RayRollouts:
                 break
             while pending and free:
                 g, w = pending.pop(), free.pop()
-                task_id, seeds = groups[g]
+                task_id, seeds, env = Job(*groups[g])
                 actor = self.actors[w]
-                ref = actor.play.remote(task_id, list(seeds), sampling, max_context_tokens, tree)
+                ref = actor.play.remote(task_id, list(seeds), sampling, max_context_tokens, tree, env)
                 running[ref] = (g, w, actor)
             done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             if not done:  # still playing: look at cancel() again

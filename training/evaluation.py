@@ -15,7 +15,9 @@ Definitions (docs/training.md, "Evaluation"):
   ``infra_error_episodes``.
 
 Every key also comes per difficulty (``pass@4/level=2``, from ``task.meta["level"]``) and per env
-(``pass@4/env=prm/Math-v0``, from ``task.meta["env"]`` or the run's env id).
+(``pass@4/env=prm/Math-v0``: in a mixture the env each task was played in; otherwise
+``task.meta["env"]`` or the run's env id). A mixture evaluates the first ``--eval.num-tasks``
+held-out tasks of each of its envs.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from prm_gym.core.policy import Policy, SamplingParams
 from prm_gym.core.progress import bar
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
+from prm_gym.training.mixture import task_key
 from prm_gym.training.run import env_factory, task_ids_of
 
 
@@ -140,25 +143,42 @@ def report(
 
 def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
     """Play ``cfg.eval.samples`` episodes on each of the first ``cfg.eval.num_tasks`` held-out
-    tasks and :func:`report` them (``--eval.k``; default: pass@1 and pass@samples).
+    tasks (of each env, in a mixture) and :func:`report` them (``--eval.k``; default: pass@1 and
+    pass@samples), overall, per level and per env.
 
     An :class:`HFPolicy` samples with its own RNG (seeded from ``cfg.seed``), so evaluating never
     changes the training run's random stream; any other policy (a vLLM one, a FakePolicy) is used
     as it is. With ``--env-url`` the episodes are played on the env server.
     """
-    e = cfg.eval
-    make_env = env_factory(cfg.env, chat.env_kwargs(cfg.eval_env_kwargs), cfg.env_url)
-    probe = make_env()
-    try:
-        ids = task_ids_of(probe, "eval.env_kwargs")[: e.num_tasks]
-        tasks = probe.unwrapped.tasks  # type: ignore[attr-defined]
-        groups = {tid: _groups(tasks.get(tid).meta, cfg.env) for tid in ids}
-    finally:
-        probe.close()
     sampler: Policy = policy
     if isinstance(policy, HFPolicy):
         seed, dtype = cfg.seed + 7919, policy.sample_dtype
         sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=seed, sample_dtype=dtype)
+    samples: list[EvalSample] = []
+    groups: dict[str, dict[str, Any]] = {}
+    for env_id in cfg.env_ids:
+        env_samples, env_groups = _evaluate_env(sampler, chat, cfg, env_id, chunk)
+        samples += env_samples
+        groups.update(env_groups)
+    return report(samples, cfg.eval.k or (1, cfg.eval.samples), groups)
+
+
+def _evaluate_env(
+    sampler: Policy, chat: ChatTemplate, cfg: TrainConfig, env_id: str, chunk: int
+) -> tuple[list[EvalSample], dict[str, dict[str, Any]]]:
+    """The samples of one env's held-out tasks, keyed by task id (by env and task id in a mixture),
+    and each task's report groups."""
+    e, mixed = cfg.eval, len(cfg.env_ids) > 1
+    make_env = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)
+    probe = make_env()
+    try:
+        ids = task_ids_of(probe, "eval.env_kwargs")[: e.num_tasks]
+        tasks = probe.unwrapped.tasks  # type: ignore[attr-defined]
+        metas = {tid: tasks.get(tid).meta for tid in ids}
+    finally:
+        probe.close()
+    key = {tid: task_key(env_id, tid) if mixed else tid for tid in ids}
+    groups = {key[tid]: _groups(meta, env_id, mixed) for tid, meta in metas.items()}
     params = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=e.temperature)
     jobs = [(tid, j) for tid in ids for j in range(e.samples)]
     samples: list[EvalSample] = []
@@ -179,17 +199,19 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
             for (tid, _), traj in zip(part, trajs, strict=True):
                 outcome, _ = outcome_and_process(traj, cfg.loss.outcome_terms)
                 success = outcome >= e.success_threshold
-                samples.append(EvalSample(tid, traj.total_reward, success, final_answer(traj), traj.infra_error))
+                samples.append(EvalSample(key[tid], traj.total_reward, success, final_answer(traj), traj.infra_error))
             progress.update(len(part))
     finally:
         progress.close()
         for env in envs:
             env.close()
-    return report(samples, e.k or (1, e.samples), groups)
+    return samples, groups
 
 
-def _groups(meta: Mapping[str, Any], env_id: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"env": meta.get("env") or env_id}
+def _groups(meta: Mapping[str, Any], env_id: str, mixed: bool = False) -> dict[str, Any]:
+    """A task's report groups: its level, and its env (in a mixture the env it was played in,
+    otherwise ``task.meta["env"]`` or the run's env id)."""
+    out: dict[str, Any] = {"env": env_id if mixed else meta.get("env") or env_id}
     if meta.get("level") is not None:
         out["level"] = meta["level"]
     return out

@@ -12,6 +12,8 @@ from typing import Any
 from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.errors import InfraError
 from prm_gym.core.progress import bar, shown
+from prm_gym.training.batch import outcome_and_process
+from prm_gym.training.config import TrainConfig
 
 METRICS = "metrics.jsonl"
 
@@ -24,6 +26,26 @@ def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         out[f"reward/{term}"] = sum(x.terms.get(term, 0.0) for t in trajs for x in t.turns) / n
     out["turns"] = sum(len(t.turns) for t in trajs) / n
     out.update(judge_usage(trajs))
+    return out
+
+
+def env_metrics(trajs: Sequence[Trajectory], cfg: TrainConfig) -> dict[str, float]:
+    """Per env of a mixture (``Trajectory.env_id``; nothing for a one-env run): ``episodes/env=<id>``
+    (0 when the step drew none of its tasks) and, when it has episodes, ``reward/env=<id>`` (mean
+    episode reward, as ``reward``) and ``success/env=<id>`` (the fraction whose outcome return
+    reaches ``--recipes.success-threshold``, over the episodes without an infra_error)."""
+    out: dict[str, float] = {}
+    outcome_terms, threshold = cfg.loss.outcome_terms, cfg.recipes.success_threshold
+    for env in cfg.env_ids if len(cfg.env_ids) > 1 else ():
+        mine = [t for t in trajs if t.env_id == env]
+        out[f"episodes/env={env}"] = float(len(mine))
+        if not mine:
+            continue
+        out[f"reward/env={env}"] = sum(t.total_reward for t in mine) / len(mine)
+        scored = [t for t in mine if not t.infra_error]
+        if scored:
+            wins = sum(outcome_and_process(t, outcome_terms)[0] >= threshold for t in scored)
+            out[f"success/env={env}"] = wins / len(scored)
     return out
 
 
@@ -136,7 +158,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_metrics(out_dir: str | Path) -> list[Path]:
-    """Write ``reward.png`` (total and per term) and ``staleness.png``; returns the paths."""
+    """Write ``reward.png`` (total and per term), ``success.png`` (held-out, when evaluated), ``envs.png``
+    (a mixture's reward and success per env) and ``staleness.png``; returns the paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,7 +172,7 @@ def plot_metrics(out_dir: str | Path) -> list[Path]:
     steps = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, [r["reward"] for r in rows], label="total", linewidth=2)
-    for key in sorted({k for r in rows for k in r if k.startswith("reward/")}):
+    for key in sorted({k for r in rows for k in r if k.startswith("reward/") and not k.startswith("reward/env=")}):
         ax.plot(steps, [r.get(key, float("nan")) for r in rows], label=key[7:], alpha=0.8)
     evals = [r for r in read_metrics(out_dir) if "eval/reward" in r]
     if evals:
@@ -159,6 +182,9 @@ def plot_metrics(out_dir: str | Path) -> list[Path]:
     out.append(_save(fig, Path(out_dir) / "reward.png"))
     if any("eval/success" in r for r in evals):
         out.append(_success_plot(plt, [r for r in evals if "eval/success" in r], Path(out_dir) / "success.png"))
+    envs = sorted({k[len("episodes/env=") :] for r in rows for k in r if k.startswith("episodes/env=")})
+    if envs:
+        out.append(_env_plot(plt, rows, evals, envs, Path(out_dir) / "envs.png"))
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.plot(steps, [r.get("staleness_mean", 0.0) for r in rows], label="mean")
     ax.plot(steps, [r.get("staleness_max", 0.0) for r in rows], label="max")
@@ -177,6 +203,26 @@ def _success_plot(plt: Any, evals: list[dict[str, Any]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.errorbar(steps, p, yerr=se, fmt="o-", capsize=3)
     ax.set(xlabel="step", ylabel="held-out success", title="success (± 1 s.e.)", ylim=(0, 1))
+    return _save(fig, path)
+
+
+def _env_plot(plt: Any, rows: list[dict[str, Any]], evals: list[dict[str, Any]], envs: list[str], path: Path) -> Path:
+    """A mixture's envs side by side: training reward and success per env, held-out success per env."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for env in envs:
+        mine = [r for r in rows if f"reward/env={env}" in r]
+        left.plot([r["step"] for r in mine], [r[f"reward/env={env}"] for r in mine], ".-", label=env)
+        wins = [r for r in rows if f"success/env={env}" in r]
+        line = right.plot([r["step"] for r in wins], [r[f"success/env={env}"] for r in wins], ".-", label=env)
+        held = [r for r in evals if f"eval/success/env={env}" in r]
+        if held:
+            colour = line[0].get_color()
+            xs, ys = [r["step"] for r in held], [r[f"eval/success/env={env}"] for r in held]
+            right.plot(xs, ys, "o--", color=colour, label=f"{env} held-out")
+    left.set(xlabel="step", ylabel="mean episode reward", title="reward per env")
+    right.set(xlabel="step", ylabel="success rate", title="success per env", ylim=(-0.05, 1.05))
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
     return _save(fig, path)
 
 

@@ -21,6 +21,15 @@ from prm_gym.envs.remote import RemoteEnv
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint, model_state, save_checkpoint
 from prm_gym.training.config import TrainConfig
+from prm_gym.training.lora import (
+    adapter_state,
+    add_lora,
+    apply_checkpoint,
+    is_lora,
+    lora_settings,
+    plain_copy,
+    trainable,
+)
 
 
 def env_factory(env_id: str, kwargs: dict[str, Any], env_url: str = "") -> Callable[[], gym.Env]:
@@ -44,42 +53,75 @@ def task_ids_of(env: gym.Env, where: str) -> list[str]:
 
 @dataclass
 class Run:
-    """What a training run holds: config, policy, optimiser, reference, envs, task ids."""
+    """What a training run holds: config, policy, optimiser, reference, envs, task ids.
+
+    ``make_envs`` and ``train_ids`` have one entry per env id of the run (several in a mixture).
+    """
 
     cfg: TrainConfig
     policy: HFPolicy
     optimizer: torch.optim.Optimizer
     ref: Any
     chat: ChatTemplate
-    make_env: Callable[[], gym.Env]
-    train_ids: list[str]
+    make_envs: dict[str, Callable[[], gym.Env]]
+    train_ids: dict[str, list[str]]
     step: int = 0
     combine: CombineConfig | None = None
     """The env judge expression's combination options (after ';'), applied per group."""
+
+
+def probe_envs(
+    cfg: TrainConfig, chat: ChatTemplate
+) -> tuple[dict[str, Callable[[], gym.Env]], dict[str, list[str]], CombineConfig | None]:
+    """Per env of the run: its factory (parsing ``chat``'s tool format) and training task ids; and
+    the judge expressions' combination options, which the envs of a mixture must share (they shape
+    whole batches).
+
+    Raises:
+        ConfigError: an env is not registered or has no task set; the envs' options differ.
+    """
+    makers = {e: env_factory(e, chat.env_kwargs(cfg.env_kwargs_for(e)), cfg.env_url) for e in cfg.env_ids}
+    ids: dict[str, list[str]] = {}
+    combines: dict[str, CombineConfig | None] = {}
+    for env_id, make in makers.items():
+        probe = make()
+        try:
+            ids[env_id] = task_ids_of(probe, "env" if len(makers) == 1 else f"env {env_id}")
+            spec = getattr(probe.unwrapped, "judge_spec", None)
+            combines[env_id] = spec.combine_config() if spec is not None else None
+        finally:
+            probe.close()
+    if len({repr(c) for c in combines.values()}) > 1:
+        shown = "; ".join(f"{e}: {c}" for e, c in combines.items())
+        raise ConfigError(
+            f"env: the envs of a mixture must share their judge expressions' options after ';' ({shown}); "
+            "give them the same options or train them apart."
+        )
+    return makers, ids, next(iter(combines.values()))
 
 
 def build_run(cfg: TrainConfig) -> Run:
     """Load the policy and optimiser (and the checkpoint when resuming)."""
     policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
     if cfg.init_checkpoint:
-        policy.model.load_state_dict(model_state(load_checkpoint(cfg.init_checkpoint)))
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        policy.model = initial_weights(policy.model, load_checkpoint(cfg.init_checkpoint))
     ref = copy.deepcopy(policy.model).eval() if cfg.loss.kl_coef > 0 else None
+    if cfg.lora.rank:  # the reference above is the base; LoRA leaves it as it is
+        policy.model = add_lora(policy.model, cfg.lora, seed=cfg.seed)
+    optimizer = torch.optim.AdamW(trainable(policy.model), lr=cfg.lr, weight_decay=cfg.weight_decay)
     chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
-    make_env = env_factory(cfg.env, chat.env_kwargs(cfg.env_kwargs_dict), cfg.env_url)
-    probe = make_env()
-    train_ids = task_ids_of(probe, "env")
-    spec = getattr(probe.unwrapped, "judge_spec", None)
-    combine = spec.combine_config() if spec is not None else None
-    probe.close()
-    run = Run(cfg, policy, optimizer, ref, chat, make_env, train_ids, combine=combine)
+    make_envs, train_ids, combine = probe_envs(cfg, chat)
+    run = Run(cfg, policy, optimizer, ref, chat, make_envs, train_ids, combine=combine)
     if cfg.resume and not (Path(cfg.output_dir) / CHECKPOINT).exists():
         # a restart loop that always passes --resume must recover from a kill before the first checkpoint
         print(f"train-agent: no checkpoint in {cfg.output_dir} yet; starting from scratch", file=sys.stderr)
         run.cfg = cfg = replace(cfg, resume=False)
     if cfg.resume:
         state = load_checkpoint(cfg.output_dir)
-        policy.model.load_state_dict(state["model"])
+        if bool(state.get("lora")) != bool(cfg.lora.rank):
+            was = f"--lora.rank {state['lora']['rank']}" if state.get("lora") else "without LoRA"
+            raise ConfigError(f"resume: the checkpoint in {cfg.output_dir} was trained {was}; resume with the same.")
+        policy.model = apply_checkpoint(policy.model, state)
         optimizer.load_state_dict(state["optimizer"])
         policy.version, run.step = int(state["version"]), int(state["step"])
         if ref is not None and state.get("ref") is not None:
@@ -87,13 +129,26 @@ def build_run(cfg: TrainConfig) -> Run:
     return run
 
 
+def initial_weights(model: Any, state: dict[str, Any]) -> Any:
+    """``model`` with ``--init-checkpoint``'s weights: a state dict or checkpoint, or a LoRA run's
+    checkpoint, whose adapters are merged in (the run then starts from plain weights)."""
+    if state.get("lora"):
+        return plain_copy(apply_checkpoint(model, state))
+    model.load_state_dict(model_state(state))
+    return model
+
+
 def checkpoint(run: Run) -> Path:
+    """Save the run atomically; a LoRA run saves its adapters only (the base is rebuilt from
+    --policy and --init-checkpoint, and so is the reference, which is the base)."""
+    lora = is_lora(run.policy.model)
     state = {
-        "model": run.policy.model.state_dict(),
+        "model": adapter_state(run.policy.model) if lora else run.policy.model.state_dict(),
+        "lora": lora_settings(run.cfg.lora) if lora else None,
         "optimizer": run.optimizer.state_dict(),
         "step": run.step,
         "version": run.policy.version,
-        "ref": run.ref.state_dict() if run.ref is not None else None,
+        "ref": run.ref.state_dict() if run.ref is not None and not lora else None,
         "config": asdict(run.cfg),
     }
     return save_checkpoint(run.cfg.output_dir, state)

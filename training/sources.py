@@ -14,22 +14,20 @@ talks to every backend through one small interface, :class:`RolloutSource`.
 
 from __future__ import annotations
 
-import copy
+import shutil
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TrainConfig, TreeConfig
-from prm_gym.training.worker import CollectStats, RolloutWorker, WorkerSpec
-
-Job = tuple[str, Sequence[int]]
-"""One unit of work: ``(task_id, episode seeds)`` for a GRPO group; for a Tree-GRPO job the seeds
-are ``[reset seed, run seed, step]`` and seed the branch points."""
+from prm_gym.training.lora import is_lora, merged_state_dict, plain_copy, save_adapter
+from prm_gym.training.worker import CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
 
 
 class RolloutSource(Protocol):
@@ -98,14 +96,15 @@ class LocalRollouts:
                     nxt = next(todo, None)
                 if nxt is None:
                     return
-                i, (task_id, seeds) = nxt
+                i, job = nxt
+                task_id, seeds, env = Job(*job)
                 with self._locks[w]:
                     with self._slot:
                         pending, self._pending[w] = self._pending[w], None
                     if pending is not None:
                         worker.set_weights(*pending)
                     try:
-                        results[i] = worker.play(task_id, seeds, sampling, max_context_tokens, tree)
+                        results[i] = worker.play(task_id, seeds, sampling, max_context_tokens, tree, env)
                     except InfraError:  # an env backend died outside an episode's turns: drop the group
                         with take:
                             stats.dropped_groups += 1
@@ -128,9 +127,11 @@ class LocalRollouts:
 
 def worker_spec(cfg: TrainConfig) -> WorkerSpec:
     """What each rollout worker builds for ``cfg``."""
+    first, *others = cfg.env_ids
     return WorkerSpec(
-        env_id=cfg.env,
-        env_kwargs=cfg.env_kwargs_dict,
+        env_id=first,
+        env_kwargs=cfg.env_kwargs_for(first),
+        more_envs={e: cfg.env_kwargs_for(e) for e in others},
         env_url=cfg.env_url,
         policy=cfg.policy,
         tokenizer=cfg.vllm_weights or cfg.policy,
@@ -165,8 +166,8 @@ def make_source(cfg: TrainConfig, learner: HFPolicy) -> RolloutSource:
     if not cfg.policy.startswith("hf:"):
         return LocalRollouts(spec, [None] * n)
     tok, dtype = learner.tokenizer, cfg.sample_dtype
-    if cfg.asynchronous.enabled:  # workers sample while the learner trains: each holds its own copy
-        copies = [copy.deepcopy(learner.model).eval() for _ in range(n)]
+    if cfg.asynchronous.enabled:  # workers sample while the learner trains: each holds its own (plain) copy
+        copies = [plain_copy(learner.model).eval() for _ in range(n)]
         return LocalRollouts(spec, [HFPolicy(m, tok, sample_dtype=dtype) for m in copies])
     return LocalRollouts(spec, [HFPolicy(learner.model, tok, sample_dtype=dtype) for _ in range(n)])
 
@@ -176,12 +177,16 @@ class WeightPublisher:
 
     ``hf:`` workers get a CPU copy of the state dict (a shared model needs only the version); an
     in-process vLLM engine copies the tensors itself; vLLM servers reload the weights the learner
-    saves to ``--vllm-weights`` (the workers then only move their version).
+    saves to ``--vllm-weights`` (the workers then only move their version). With LoRA every copy
+    gets the adapters merged into full weights, or, with ``--lora.publish adapter``, vLLM servers
+    load the adapter saved under ``<output_dir>/adapters/v<version>`` (:mod:`prm_gym.training.lora`).
     """
 
     def __init__(self, cfg: TrainConfig, learner: HFPolicy, source: RolloutSource):
         self.cfg, self.learner, self.source = cfg, learner, source
         self.shared = isinstance(source, LocalRollouts) and source.workers[0].policy.model is learner.model
+        self.lora = is_lora(learner.model)
+        self._plain: Any = None  # a LoRA run's merged copy, saved for vLLM servers to reload
         self.server: Any = None
         if cfg.policy.startswith("vllm:"):
             from prm_gym.agents.vllm import VLLMPolicy
@@ -197,17 +202,35 @@ class WeightPublisher:
         fresh = not (self.cfg.resume or self.cfg.init_checkpoint)
         if self.server is not None and initial and fresh:
             self.source.publish(None, version)
+        elif self.server is not None and self.lora and self.cfg.lora.publish == "adapter":
+            path = save_adapter(model, Path(self.cfg.output_dir) / "adapters" / f"v{version}")
+            self.server.load_lora(str(path.resolve()), version=version)
+            self.source.publish(ServedAdapter(self.server.served), version)
+            for old in path.parent.glob("v*"):  # the servers unloaded the older adapters
+                if old != path:
+                    shutil.rmtree(old, ignore_errors=True)
         elif self.server is not None:
-            model.save_pretrained(self.cfg.vllm_weights[3:])
+            self._served_model().save_pretrained(self.cfg.vllm_weights[3:])
             self.server.reload_weights(version=version)
             self.source.publish(None, version)
         elif self.shared:
             self.source.publish(None, version)
         elif self.cfg.policy.startswith("vllm-engine:"):
-            self.source.publish(model.state_dict(), version)  # the engine copies them, on their device
+            state = merged_state_dict(model) if self.lora else model.state_dict()
+            self.source.publish(state, version)  # the engine copies them, on their device
         else:
-            state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            self.source.publish(state, version, wait=wait)
+            state = merged_state_dict(model) if self.lora else model.state_dict()
+            self.source.publish({k: v.detach().cpu().clone() for k, v in state.items()}, version, wait=wait)
+
+    def _served_model(self) -> Any:
+        """The model to save for vLLM servers: the learner's, or with LoRA a copy with the adapters merged in."""
+        if not self.lora:
+            return self.learner.model
+        if self._plain is None:
+            self._plain = plain_copy(self.learner.model)
+        else:
+            self._plain.load_state_dict(merged_state_dict(self.learner.model))
+        return self._plain
 
 
 def learner_config(cfg: TrainConfig) -> TrainConfig:

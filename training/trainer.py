@@ -21,7 +21,7 @@ from prm_gym.training.collect import Collected, StepCollector, as_batch, make_tr
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.ddp import setup_learner
 from prm_gym.training.evaluation import evaluate
-from prm_gym.training.metrics import ExclusionBudget, Progress, plot_metrics, reward_metrics
+from prm_gym.training.metrics import ExclusionBudget, Progress, env_metrics, plot_metrics, reward_metrics
 from prm_gym.training.prime import PrimeCredit
 from prm_gym.training.run import Run, build_run, checkpoint, checkpoint_due
 from prm_gym.training.sources import WeightPublisher, learner_config, make_source
@@ -69,6 +69,7 @@ def train(cfg: TrainConfig) -> Run:
                 if credit is not None:
                     values.update(credit.apply(batch, trajs, grouping))
                 values.update(reward_metrics(trajs))
+                values.update(env_metrics(trajs, cfg))  # a mixture's reward/success per env
                 values.update(batch.stats)
                 model, opt, bf16 = learner.model, learner.optimizer, cfg.precision == "bf16"
                 values.update(

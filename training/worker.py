@@ -13,7 +13,7 @@ import importlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -30,13 +30,32 @@ from prm_gym.training.group_judges import defer_group_judges, score_deferred
 from prm_gym.training.tree import TreeSample, sample_trees
 
 
+class Job(NamedTuple):
+    """One unit of work: a GRPO group's ``task_id`` and episode ``seeds`` (for a Tree-GRPO job the
+    seeds are ``[reset seed, run seed, step]`` and seed the branch points), played in ``env`` (an env
+    id of the run; empty: the workers' first env). A plain ``(task_id, seeds)`` pair is a job too."""
+
+    task_id: str
+    seeds: Sequence[int]
+    env: str = ""
+
+
+@dataclass(frozen=True)
+class ServedAdapter:
+    """Published "weights" for workers sampling from vLLM servers that loaded a LoRA adapter: the
+    name the servers serve it under, which the workers' requests then ask for."""
+
+    name: str
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What every rollout worker builds.
 
     Attributes:
-        env_id: the registered env id.
+        env_id: the registered env id (the first env of a mixture).
         env_kwargs: keyword arguments for ``gym.make`` (or the remote session's env).
+        more_envs: the other envs of a mixture: env id -> its ``gym.make`` keyword arguments.
         env_url: a ``prm-serve`` env server: the worker's envs are :class:`RemoteEnv` sessions on it.
         policy: ``hf:<id>`` or ``vllm-engine:<dir>`` (weights published by the learner), or
             ``vllm:<url>[,<url>...]``.
@@ -55,6 +74,7 @@ class WorkerSpec:
 
     env_id: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    more_envs: dict[str, dict[str, Any]] = field(default_factory=dict)
     env_url: str = ""
     policy: str = "hf:tiny"
     tokenizer: str = "hf:tiny"
@@ -86,9 +106,11 @@ def group_seed(seeds: Sequence[int], base: int) -> int:
     return int(np.random.SeedSequence([base, *(int(s) % 2**63 for s in seeds)]).generate_state(1)[0])
 
 
-def _portable(trajs: list[Trajectory]) -> list[Trajectory]:
-    """``trajs`` with only plain values left in their turns' infos (sent to another process)."""
+def _portable(trajs: list[Trajectory], env_id: str) -> list[Trajectory]:
+    """``trajs``, tagged with their env id, with only plain values left in their turns' infos (sent
+    to another process)."""
     for t in trajs:
+        t.env_id = env_id
         for turn in t.turns:
             turn.info = {k: v for k, v in turn.info.items() if isinstance(v, (int, float, str, bool, dict))}
     return trajs
@@ -104,21 +126,28 @@ class RolloutWorker:
         self.index = index
         self.policy = policy if policy is not None else build_policy(spec, seed=spec.seed * 1000 + index + 1)
         self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt, tool_format=spec.tool_format)
-        self.env_kwargs = self.chat.env_kwargs(spec.env_kwargs)
-        self.envs: list[Any] = []
+        self.envs: dict[str, list[Any]] = {}  # per env id: the envs a group plays in, reused across groups
 
-    def make_env(self) -> gym.Env[str, str]:
-        """A new env: ``gym.make``, or a session on the env server when the spec names one."""
+    def make_env(self, env_id: str = "") -> gym.Env[str, str]:
+        """A new env of ``env_id`` (empty: the spec's first env): ``gym.make``, or a session on the
+        env server when the spec names one."""
+        env_id = env_id or self.spec.env_id
+        kwargs = self.chat.env_kwargs(
+            self.spec.env_kwargs if env_id == self.spec.env_id else self.spec.more_envs[env_id]
+        )
         if self.spec.env_url:
-            return RemoteEnv(self.spec.env_url, env_id=self.spec.env_id, env_kwargs=self.env_kwargs)
-        return gym.make(self.spec.env_id, **self.env_kwargs)
+            return RemoteEnv(self.spec.env_url, env_id=env_id, env_kwargs=kwargs)
+        return gym.make(env_id, **kwargs)
 
     def ping(self) -> int:
         return os.getpid()
 
     def set_weights(self, state: Any, version: int) -> int:
-        """Load published weights (``None`` for a vLLM server policy: only the version moves)."""
-        if state is not None and hasattr(self.policy, "load_weights"):  # an in-process vLLM engine
+        """Load published weights (``None`` for a vLLM server policy: only the version moves; a
+        :class:`ServedAdapter`: the servers' new LoRA adapter is requested from now on)."""
+        if isinstance(state, ServedAdapter):
+            self.policy.served = state.name
+        elif state is not None and hasattr(self.policy, "load_weights"):  # an in-process vLLM engine
             self.policy.load_weights(state, version)
         elif state is not None and hasattr(self.policy, "model"):
             self.policy.model.load_state_dict(state)
@@ -132,22 +161,26 @@ class RolloutWorker:
         sampling: SamplingParams,
         max_context_tokens: int,
         tree: TreeConfig | None = None,
+        env: str = "",
     ) -> list[Trajectory] | TreeSample:
-        """One group: ``len(seeds)`` episodes of ``task_id``; with ``tree``, that task's Tree-GRPO
-        trees instead (reset seed ``seeds[0]``, branch points drawn from a generator seeded by
-        ``seeds``), as a :class:`prm_gym.training.tree.TreeSample`."""
+        """One group: ``len(seeds)`` episodes of ``task_id`` in ``env`` (empty: the spec's first env);
+        with ``tree``, that task's Tree-GRPO trees instead (reset seed ``seeds[0]``, branch points
+        drawn from a generator seeded by ``seeds``), as a :class:`prm_gym.training.tree.TreeSample`.
+        Every trajectory's ``env_id`` names its env."""
+        env = env or self.spec.env_id
         reseed = getattr(self.policy, "reseed", None)
         if reseed is not None:
             reseed(group_seed(seeds, self.spec.seed))
         if tree is not None:
-            return self._play_tree(task_id, seeds, sampling, max_context_tokens, tree)
-        while len(self.envs) < len(seeds):
-            env = self.make_env()
+            return self._play_tree(env, task_id, seeds, sampling, max_context_tokens, tree)
+        envs = self.envs.setdefault(env, [])
+        while len(envs) < len(seeds):
+            made = self.make_env(env)
             if self.spec.group_judges:
-                defer_group_judges(env)
-            self.envs.append(env)
+                defer_group_judges(made)
+            envs.append(made)
         trajs = rollout(
-            self.envs[: len(seeds)],
+            envs[: len(seeds)],
             self.policy,
             self.chat,
             seeds=list(seeds),
@@ -155,14 +188,20 @@ class RolloutWorker:
             sampling=sampling,
             max_context_tokens=max_context_tokens,
         )
-        score_deferred(self.envs[: len(seeds)], trajs)  # IGPO & co: the whole group in one call
-        return _portable(trajs)
+        score_deferred(envs[: len(seeds)], trajs)  # IGPO & co: the whole group in one call
+        return _portable(trajs, env)
 
     def _play_tree(
-        self, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig
+        self,
+        env: str,
+        task_id: str,
+        seeds: Sequence[int],
+        sampling: SamplingParams,
+        max_context_tokens: int,
+        tree: TreeConfig,
     ) -> TreeSample:
         sample = sample_trees(
-            self.make_env,
+            lambda: self.make_env(env),
             self.policy,
             self.chat,
             [task_id],
@@ -172,13 +211,14 @@ class RolloutWorker:
             sampling=sampling,
             max_context_tokens=max_context_tokens,
         )
-        _portable(sample.leaves)
+        _portable(sample.leaves, env)
         return sample
 
     def drop_envs(self) -> None:
         """Close this worker's envs (after an infrastructure failure the next group builds new ones)."""
-        for e in self.envs:
-            e.close()
+        for envs in self.envs.values():
+            for e in envs:
+                e.close()
         self.envs.clear()
 
     def close(self) -> None:
