@@ -42,7 +42,7 @@ def _spec(judge_policy: Any, group_judges: bool = True) -> WorkerSpec:
 
 def _judges(worker: RolloutWorker) -> list[InfoGainJudge]:
     out = []
-    for env in worker.envs:
+    for env in worker.envs["prm/Math-v0"]:
         judge = next(j for _, j in env.unwrapped.judges if j.name == "progress/info_gain")
         assert isinstance(judge, InfoGainJudge)
         out.append(judge)
@@ -105,7 +105,7 @@ def test_no_deferred_judge_means_nothing_to_do(tiny_policy: Any) -> None:
     )
     trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048)
     assert isinstance(trajs, list)
-    assert score_deferred(worker.envs[:2], trajs) == 0
+    assert score_deferred(worker.envs["prm/Math-v0"][:2], trajs) == 0
 
 
 class _GroupFake(FakeJudge):

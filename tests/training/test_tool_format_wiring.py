@@ -59,11 +59,11 @@ def test_a_training_run_makes_its_envs_in_the_policys_format(tmp_path: Path) -> 
     tok.save_pretrained(tmp_path)  # type: ignore[attr-defined]
     run = build_run(TrainConfig(env="prm/Math-v0", env_kwargs=MATH, policy=f"hf:{tmp_path}", output_dir=str(tmp_path)))
     assert run.chat.tool_format == "llama3" and run.chat.tools_block == "full"  # this template cannot render tools=
-    env = run.make_env()
+    env = run.make_envs["prm/Math-v0"]()
     assert env.unwrapped.tool_format == "llama3"  # type: ignore[attr-defined]
     env.close()
     hermes = build_run(
         TrainConfig(env="prm/Math-v0", env_kwargs=MATH, policy=f"hf:{tmp_path}", tool_format="hermes")
-    ).make_env()
+    ).make_envs["prm/Math-v0"]()
     assert hermes.unwrapped.tool_format == "hermes"  # type: ignore[attr-defined]
     hermes.close()
