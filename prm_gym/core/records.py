@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from prm_gym.core.errors import TaskError
-from prm_gym.core.tasks import Task, TaskSet, read_jsonl
+from prm_gym.core.tasks import Task, TaskSet, json_object_line, read_jsonl
 
 
 class Record(NamedTuple):
@@ -76,15 +76,9 @@ def _read_jsonl_gz(p: Path) -> Iterator[Record]:
     except (OSError, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
         raise TaskError(f"{p}: not a gzipped UTF-8 jsonl file ({exc}).") from None
     for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            raise TaskError(f"{p}:{n}: not valid JSON ({exc}).") from None
-        if not isinstance(rec, dict):
-            raise TaskError(f"{p}:{n}: each line must be a JSON object.")
-        yield Record(f"{p}:{n}", f"line-{n}", rec)
+        rec = json_object_line(line, f"{p}:{n}")
+        if rec is not None:
+            yield Record(f"{p}:{n}", f"line-{n}", rec)
 
 
 def _read_json(p: Path) -> list[Record]:

@@ -112,6 +112,19 @@ class TaskSet:
         return TaskSet([t for t in self._tasks if keep(t)], name=self.name)
 
 
+def json_object_line(line: str, where: str, error: type[Exception] = TaskError) -> dict[str, Any] | None:
+    """The JSON object on one jsonl line (None for a blank line); ``error`` names ``where`` otherwise."""
+    if not line.strip():
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError as exc:
+        raise error(f"{where}: not valid JSON ({exc}).") from None
+    if not isinstance(rec, dict):
+        raise error(f"{where}: each line must be a JSON object.")
+    return rec
+
+
 def read_jsonl(
     path: str | Path, *, error: type[Exception] = TaskError, what: str = "Task file"
 ) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -132,15 +145,9 @@ def read_jsonl(
     with p.open("r", encoding="utf-8", errors="strict") as fh:
         try:
             for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as exc:
-                    raise error(f"{p}:{lineno}: not valid JSON ({exc}).") from None
-                if not isinstance(rec, dict):
-                    raise error(f"{p}:{lineno}: each line must be a JSON object.")
-                yield lineno, rec
+                rec = json_object_line(line, f"{p}:{lineno}", error)
+                if rec is not None:
+                    yield lineno, rec
         except UnicodeDecodeError as exc:
             raise error(f"{p}: line {lineno + 1} is not UTF-8 text ({exc}).") from None
 
