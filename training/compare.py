@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64, help="the small random model's width")
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--demos", type=int, default=400, help="SFT demonstrations")
-    p.add_argument("--sft-steps", type=int, default=300, help="few on purpose: leaves room for RL to improve")
+    p.add_argument("--sft-steps", type=int, default=1200, help="the tiny model copies digits after about 1200")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--tasks-per-step", type=int, default=4)
