@@ -41,6 +41,7 @@ from prm_gym.agents.rollout import run_episode
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf, tiny_model, tiny_tokenizer
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.progress import bar
 from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
 from prm_gym.training.evaluation import evaluate
 from prm_gym.training.metrics import read_metrics
@@ -118,7 +119,8 @@ def sft(
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(0.0)
-    for step in range(steps):
+    progress = bar(steps, "SFT", "step", delay=0.0)
+    for _ in range(steps):
         rows = [demos[int(i)] for i in torch.randint(len(demos), (batch,), generator=gen)]
         width = max(len(t) for t, _ in rows)
         ids = torch.zeros(batch, width, dtype=torch.long)
@@ -132,8 +134,9 @@ def sft(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0:
-            print(f"SFT step {step}/{steps}: loss {float(loss.detach()):.3f}", flush=True)
+        progress.update(1)
+        progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+    progress.close()
     model.eval()
     return float(loss.detach())
 
