@@ -19,9 +19,10 @@ search_tool  ``<tool_call>`` search             QaEnv + SearchTool, ``<search>``
 ===========  ==================================  =====================================  ====================
 
 Like for like: R is the same 70 characters of reasoning before the answer on every side. Against
-GEM, whose MathEnv always runs math-verify on a ``\\boxed{}`` answer, ours answers boxed too (a
-plain integer would take our exact-number shortcut and skip math-verify); against skyrl-gym's
-string compare, ours answers the plain number. SQL answers get a query text no earlier pass used
+GEM, whose MathEnv always runs math-verify on a ``\\boxed{}`` answer, ours answers boxed too, the
+same answer form (ours decides a boxed number exactly and sends math-verify only what exact numbers
+and the MATH grader's normalised string cannot decide); against skyrl-gym's string compare, ours
+answers the plain number. SQL answers get a query text no earlier pass used
 (``fresh_text.fresh_sql``, on both sides), so no cache keyed by the text answers. ``search_tool``
 is the whole user-visible tool step, retrieval included: one search call over the 106k-passage
 world (80,000 people), every peer against the same ``RetrievalServer`` process over HTTP; ours both
@@ -198,6 +199,33 @@ def parse_cost(kind: str, pairs: list[tuple[Task, str]], reps: int) -> float:
     return median(means[1:])
 
 
+def contract_floor(reps: int, n: int = 20000) -> float:
+    """Median microseconds to build, from constants, the info dict DESIGN.md requires of a math
+    answer step (the reward term, status, ids, the judge's verdict, parse and tool diagnostics):
+    a floor under any step that keeps the contract, whatever its parse and judges cost."""
+
+    def info() -> dict[str, Any]:
+        return {
+            "reward_outcome": 1.0,
+            "reward_status": "ok",
+            "task_id": "math-test-0",
+            "turn": 1,
+            "answer": "72",
+            "judge": {"rule/math_equiv": {"score": 1.0}},
+            "parse": {"ok": True, "issues": ""},
+            "tool": {"calls": 0, "failed": 0, "ok": True, "name": "", "latency_s": 0.0},
+        }
+
+    means: list[float] = []
+    for _ in range(reps + 1):
+        settle()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            info()
+        means.append((time.perf_counter() - t0) / n * 1e6)
+    return median(means[1:])
+
+
 def native(peer: str, kind: str, answer: str) -> str:
     """``answer`` written the way the peer's env expects it (the same reasoning as ours for math)."""
     if kind == "math":
@@ -263,12 +291,14 @@ def compare(
     extra: list[str],
     parse_us: float = 0.0,
     shape_us: float = 0.0,
+    floor_us: float = 0.0,
 ) -> None:
     """Print the human rows and the RESULT lines of one (env, peer) comparison.
 
     ``ours`` maps (form, config) to [step us per pass, episode us per pass, verdicts]; ``extra``
     names the judges the default expression runs beyond the outcome judge; ``parse_us`` and
-    ``shape_us`` are what parse_action and (SQL) the sqlglot parse alone take of our step.
+    ``shape_us`` are what parse_action and (SQL) the sqlglot parse alone take of our step;
+    ``floor_us`` (math) is what building the contract's info dict alone takes.
     """
     label, env_id = PEERS[peer], ENV_IDS[kind]
     form = peer if kind == "math" else "any"
@@ -287,7 +317,9 @@ def compare(
         if t < o:
             why = RESET_REASON[kind] if key == "episode_us" else ""
             if config == "default" or kind != "sql":
-                why = "; ".join(filter(None, [MISS_REASON.get((peer, kind), "").format(parse=f"{parse_us:.1f}"), why]))
+                numbers = {"parse": f"{parse_us:.2f}", "floor": f"{floor_us:.2f}", "peer": f"{t:.2f}"}
+                numbers |= {"both": f"{parse_us + floor_us:.2f}", "miss": f"{o / t:.1f}"}
+                why = "; ".join(filter(None, [MISS_REASON.get((peer, kind), "").format(**numbers), why]))
             note = "; ".join(filter(None, [note, why]))
         if kind == "sql" and config == "default" and peer == "skyrl":
             note = "; ".join(filter(None, [note, goal_note(o, t, shape_us)]))
@@ -343,7 +375,10 @@ def measure(
     counts = ", ".join(f"{PEERS.get(f, 'all')}: {len(subset(kind, f, pairs))}" for f in forms(kind))
     print(f"\n{ENV_IDS[kind]} ({kind}): episodes per pass ({counts}), {args.reps} passes after a warm-up, interleaved")
     parse_us = parse_cost(kind, pairs, args.reps)
-    print(f"{ENV_IDS[kind]:<14} of our step, parse_action alone takes {parse_us:.1f} us")
+    print(f"{ENV_IDS[kind]:<14} of our step, parse_action alone takes {parse_us:.2f} us")
+    floor_us = contract_floor(args.reps) if kind == "math" else 0.0
+    if kind == "math":
+        print(f"{ENV_IDS[kind]:<14} building the info dict of the contract alone takes {floor_us:.2f} us")
     shape_us = median(shapes[1:]) if kind == "sql" else 0.0
     if kind == "sql":
         print(f"{ENV_IDS[kind]:<14} of our default-judge step, one sqlglot parse alone takes {shape_us:.1f} us")
@@ -358,7 +393,7 @@ def measure(
             print(f"{ENV_IDS[kind]:<14} vs {PEERS[peer]}: skipped, {reply['error']}")
             skipped("envs", f"{ENV_IDS[kind]} ({kind}) vs {PEERS[peer]}", PEERS[peer], str(reply["error"]), "us")
             continue
-        compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks, where), parse_us, shape_us)
+        compare(kind, peer, ours, theirs[peer], default_extras(kind, tasks, where), parse_us, shape_us, floor_us)
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 #: Each (kind, form)'s fairness conditions beyond SAME.
 CONDITIONS = {
-    ("math", "gem"): "both answer \\boxed{N} after the same 70 characters of reasoning (both run math-verify)",
+    ("math", "gem"): "both answer \\boxed{N} after the same 70 characters of reasoning; GEM runs math-verify on "
+    "every answer, ours decides a boxed number exactly (math-verify only gets what exact numbers and the MATH "
+    "grader's normalised string cannot decide)",
     ("math", "skyrl"): "both answer the plain number after the same 70 characters of reasoning",
     ("sql", "any"): "query text fresh every pass on both sides (no text cache answers)",
     ("search", "any"): "",
@@ -14,14 +16,15 @@ CONDITIONS = {
 }
 #: Why a row can still lose: what our step does that the peer's does not.
 MISS_REASON = {
-    ("skyrl", "math"): "skyrl's GSM8kEnv step is one regex search and a string compare of the number "
-    "(no math equivalence: '42.0' scores 0 against '42'; no format or tool checks; an empty metadata dict); "
-    "ours is the general step every prm/ env shares: the parse with its leniency (think blocks, markup "
-    "imitation, tag balance, tool calls; one pass over the text), the pluggable judge expression with each "
-    "judge's failure isolated, exact numeric comparison, and the info contract of DESIGN.md. Measured in this "
-    "run: parse_action takes {parse} us of our step; the rest is ToolEnv.step in envs/base.py (the judge "
-    "loop with verdict checks, the Turn record, the info dicts), a fixed cost per turn that does not grow with "
-    "the reasoning's length",
+    ("skyrl", "math"): "goal (#25: at least skyrl-gym's speed) missed, ours takes {miss}x its time. skyrl's "
+    "GSM8kEnv step is one regex search and a string compare of the number (no math equivalence: '42.0' scores 0 "
+    "against '42'; no format or tool checks; an empty metadata dict); ours is the general step every prm/ env "
+    "shares: the parse with its leniency (think blocks, markup imitation, tag balance, tool calls; one pass over "
+    "the text), the pluggable judge expression with each judge's failure isolated, exact numeric comparison, and "
+    "the info contract of DESIGN.md. The floor, measured in this run: parse_action alone takes {parse} us and "
+    "building the contract's info dict from constants {floor} us, {both} us together against skyrl-gym's "
+    "{peer} us for the whole row, before any judging; the rest is ToolEnv.step in envs/base.py (the judge "
+    "loop with verdict checks, the Turn record), a fixed cost per turn that does not grow with the reasoning's length",
     ("gem", "search"): "GEM's QaEnv step is one regex and a SQuAD-normalised compare; ours also parses the "
     "whole turn and builds the info contract (reward terms, judge/parse/tool diagnostics, retrieval stats)",
     ("skyrl", "search"): "skyrl's SearchEnv answer step is a substring check, one regex and a SQuAD-normalised "
