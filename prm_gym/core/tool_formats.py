@@ -17,7 +17,9 @@ holds one :class:`ToolFormat` per family; :func:`prm_gym.core.parsing.parse_acti
   ``"tool_calls": [{"type": "function", "function": {"name": ..., "arguments": "<JSON string>"}}]``.
 
 Extraction never raises on model output: a malformed call becomes a :class:`ParseIssue`, which the
-env scores as the agent's format failure.
+env scores as the agent's format failure. The call types and the scanning helpers every parser shares
+live in :mod:`prm_gym.core.tool_scan` (the call types are re-exported here); this module holds the
+formats themselves and their registry.
 """
 
 from __future__ import annotations
@@ -25,56 +27,40 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.tool_scan import (
+    JSON_DECODER,
+    Extracted,
+    ParseIssue,
+    ToolCall,
+    call_from_object,
+    collect_calls,
+    find_tagged,
+    flatten_calls,
+    invalid_json,
+    json_spans,
+    load_json,
+    unclosed_tag,
+    without_tagged,
+)
+
+__all__ = [
+    "FORMATS",
+    "FORMAT_NAMES",
+    "Extracted",
+    "ParseIssue",
+    "ToolCall",
+    "ToolFormat",
+    "call_from_object",
+    "find_tagged",
+    "format_call",
+    "get_format",
+]
 
 FORMAT_NAMES = ("hermes", "llama3", "mistral", "qwen", "openai")
-_DECODER = json.JSONDecoder()
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One parsed tool call.
-
-    ``text_arguments`` marks arguments written as plain text (Qwen3-Coder's XML parameters): the
-    env converts them to the types the tool's schema asks for before checking them.
-    """
-
-    name: str
-    arguments: dict[str, Any]
-    text_arguments: bool = field(default=False, compare=False, repr=False)
-
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "arguments": self.arguments}, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class ParseIssue:
-    """Why (part of) an action could not be used."""
-
-    code: str
-    message: str
-
-
-class Extracted(NamedTuple):
-    """The tool calls one format found in a turn.
-
-    Attributes:
-        calls: the calls that decoded cleanly.
-        structural: problems with the markup itself (an unclosed tag), reported first.
-        call_issues: problems with individual calls (invalid JSON, a wrong shape).
-        attempts: call attempts seen, decoded or not (compared with the per-turn limit).
-        text: the text the final answer is looked for in.
-    """
-
-    calls: tuple[ToolCall, ...]
-    structural: tuple[ParseIssue, ...]
-    call_issues: tuple[ParseIssue, ...]
-    attempts: int
-    text: str
 
 
 @dataclass(frozen=True)
@@ -98,118 +84,15 @@ class ToolFormat:
     hint: str = ""
 
 
-# ----------------------------------------------------------------------------- shared pieces
-@lru_cache(maxsize=64)
-def _tag_pattern(tag: str) -> tuple[str, str, re.Pattern[str]]:
-    """The opening tag, the closing tag and the compiled body pattern of ``tag`` (built once)."""
-    open_t, close_t = f"<{tag}>", f"</{tag}>"
-    return open_t, close_t, re.compile(re.escape(open_t) + r"(.*?)" + re.escape(close_t), re.DOTALL)
-
-
-def find_tagged(text: str, tag: str) -> tuple[list[str], bool]:
-    """Bodies of ``<tag>...</tag>`` and whether every opened tag was closed."""
-    open_t, close_t, pattern = _tag_pattern(tag)
-    if open_t not in text and close_t not in text:
-        return [], True
-    last = text.rfind(close_t)  # no match ends past the last closing tag: never scan beyond it
-    bodies = pattern.findall(text, 0, last + len(close_t)) if last >= 0 else []
-    balanced = text.count(open_t) == len(bodies) == text.count(close_t)
-    return bodies, balanced
-
-
-def _outside(text: str, tag: str) -> str:
-    """``text`` without its ``<tag>...</tag>`` blocks (calls are never looked for in the answer)."""
-    open_t, close_t, pattern = _tag_pattern(tag)
-    end = text.rfind(close_t) + len(close_t)  # as in find_tagged: never scan past the last closing tag
-    return pattern.sub(" ", text[:end]) + text[end:] if open_t in text and end >= len(close_t) else text
-
-
-def _invalid(exc: BaseException) -> ParseIssue:
-    return ParseIssue("invalid_json", f"The tool call is not valid JSON ({str(exc)[:200]}).")
-
-
-def _loads(body: str) -> Any:
-    """The JSON value of ``body``, or an ``invalid_json`` issue."""
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        return _invalid(exc)
-
-
-def _json_spans(text: str, start: re.Pattern[str]) -> Iterator[tuple[Any, int, int]]:
-    """JSON values that begin where ``start`` matches, with their spans; a value that does not
-    decode yields an ``invalid_json`` issue and ends the scan (the turn runs nothing anyway)."""
-    pos = 0
-    while (m := start.search(text, pos)) is not None:
-        try:
-            value, end = _DECODER.raw_decode(text, m.start())
-        except (ValueError, RecursionError) as exc:
-            yield _invalid(exc), m.start(), len(text)
-            return
-        yield value, m.start(), end
-        pos = end
-
-
-def call_from_object(obj: Any, arg_keys: tuple[str, ...] = ("arguments",), allowed: Iterable[str] = ()) -> Any:
-    """A :class:`ToolCall` from a decoded ``{"name": ..., "<arg key>": {...}}`` object, or the
-    :class:`ParseIssue` saying what is wrong with it. Arguments given as a JSON string are decoded."""
-    if isinstance(obj, ParseIssue):
-        return obj
-    key = arg_keys[0]
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        return ParseIssue("bad_tool_call", f'A tool call must be a JSON object {{"name": "<tool>", "{key}": {{...}}}}.')
-    present = [k for k in arg_keys if k in obj]
-    if len(present) > 1:
-        return ParseIssue("bad_tool_call", f"Give the arguments once, as {key!r}.")
-    args = obj[present[0]] if present else {}
-    if isinstance(args, str):  # some models emit the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except (ValueError, RecursionError):
-            args = None
-    if not isinstance(args, dict):
-        return ParseIssue("bad_tool_call", f'"{present[0] if present else key}" must be a JSON object.')
-    extra = set(obj) - {"name", *arg_keys, *allowed}
-    if extra:
-        return ParseIssue("bad_tool_call", f"Unexpected keys in the tool call: {sorted(extra)}.")
-    return ToolCall(obj["name"], args)
-
-
-def _collect(items: Iterable[Any], max_calls: int, text: str, structural: Iterable[ParseIssue] = ()) -> Extracted:
-    """Calls and issues from decoded ``items`` (ToolCall or ParseIssue), at most ``max_calls + 1`` looked at."""
-    calls: list[ToolCall] = []
-    issues: list[ParseIssue] = []
-    attempts = 0
-    for item in items:
-        attempts += 1
-        if attempts > max_calls + 1:
-            continue
-        (issues if isinstance(item, ParseIssue) else calls).append(item)
-    return Extracted(tuple(calls), tuple(structural), tuple(issues), attempts, text)
-
-
-def _unclosed(tag: str) -> ParseIssue:
-    return ParseIssue("unclosed_tag", f"Every <{tag}> needs a matching </{tag}>.")
-
-
-def _flatten(value: Any, decode: Callable[[Any], Any]) -> Iterator[Any]:
-    """One decoded call per element of a JSON list, or the one call of an object."""
-    if isinstance(value, list) and value:
-        for item in value:
-            yield decode(item)
-    else:
-        yield decode(value)
-
-
 # ----------------------------------------------------------------------------- hermes
 def _hermes_call(body: str) -> Any:
-    return call_from_object(_loads(body.strip()))
+    return call_from_object(load_json(body.strip()))
 
 
 def _extract_hermes(visible: str, answer_tag: str, max_calls: int) -> Extracted:
     bodies, balanced = find_tagged(visible, "tool_call")
-    structural = () if balanced else (_unclosed("tool_call"),)
-    return _collect(map(_hermes_call, bodies), max_calls, visible, structural)
+    structural = () if balanced else (unclosed_tag("tool_call"),)
+    return collect_calls(map(_hermes_call, bodies), max_calls, visible, structural)
 
 
 def _render_hermes(name: str, arguments: dict[str, Any]) -> str:
@@ -228,10 +111,10 @@ def _llama_call(obj: Any) -> Any:
 
 
 def _extract_llama3(visible: str, answer_tag: str, max_calls: int) -> Extracted:
-    scan = _outside(visible, answer_tag)
+    scan = without_tagged(visible, answer_tag)
     tagged = _PYTHON_TAG in scan
     scan = scan.replace(_PYTHON_TAG, " ").replace("<|eom_id|>", " ")
-    found = _collect((_llama_call(v) for v, _, _ in _json_spans(scan, _LLAMA_START)), max_calls, visible)
+    found = collect_calls((_llama_call(v) for v, _, _ in json_spans(scan, _LLAMA_START)), max_calls, visible)
     if tagged and not found.attempts:
         msg = 'After <|python_tag|> give a JSON object {"name": "<tool>", "parameters": {...}}.'
         return found._replace(call_issues=(ParseIssue("bad_tool_call", msg),), attempts=1)
@@ -258,16 +141,16 @@ def _mistral_segment(seg: str) -> Iterator[Any]:
     named = _MISTRAL_NAMED.match(seg)
     try:
         if named is not None:
-            args, _ = _DECODER.raw_decode(seg, named.end())
+            args, _ = JSON_DECODER.raw_decode(seg, named.end())
             yield _mistral_call({"name": named.group(1), "arguments": args})
             return
         start = len(seg) - len(seg.lstrip())
         if seg[start : start + 1] in ("[", "{"):
-            value, _ = _DECODER.raw_decode(seg, start)
-            yield from _flatten(value, _mistral_call)
+            value, _ = JSON_DECODER.raw_decode(seg, start)
+            yield from flatten_calls(value, _mistral_call)
             return
     except (ValueError, RecursionError) as exc:
-        yield _invalid(exc)
+        yield invalid_json(exc)
         return
     yield ParseIssue("bad_tool_call", 'After [TOOL_CALLS] give a JSON list [{"name": "<tool>", "arguments": {...}}].')
 
@@ -277,16 +160,16 @@ def _mistral_items(scan: str) -> Iterator[Any]:
         for seg in scan.split(_TOOL_CALLS)[1:]:
             yield from _mistral_segment(seg)
         return
-    spans = list(_json_spans(scan, _MISTRAL_LIST))
+    spans = list(json_spans(scan, _MISTRAL_LIST))
     if spans:  # the control token decoded away: a bare list of calls
         for value, _, _ in spans:
-            yield from _flatten(value, _mistral_call)
+            yield from flatten_calls(value, _mistral_call)
     elif _MISTRAL_STRIPPED.match(scan):
         yield from _mistral_segment(scan)  # name[ARGS]{...} with its control tokens decoded away
 
 
 def _extract_mistral(visible: str, answer_tag: str, max_calls: int) -> Extracted:
-    return _collect(_mistral_items(_outside(visible, answer_tag)), max_calls, visible)
+    return collect_calls(_mistral_items(without_tagged(visible, answer_tag)), max_calls, visible)
 
 
 def _render_mistral(name: str, arguments: dict[str, Any]) -> str:
@@ -329,24 +212,26 @@ def _qwen_tagged(body: str) -> Any:
 
 def _qwen_json_bodies(bodies: Iterable[str]) -> Iterator[Any]:
     for body in bodies:
-        value = _loads(body.strip())
-        yield from [value] if isinstance(value, ParseIssue) else _flatten(value, call_from_object)
+        value = load_json(body.strip())
+        yield from [value] if isinstance(value, ParseIssue) else flatten_calls(value, call_from_object)
 
 
 def _extract_qwen(visible: str, answer_tag: str, max_calls: int) -> Extracted:
-    scan = _outside(visible, answer_tag)
+    scan = without_tagged(visible, answer_tag)
     bodies, balanced = find_tagged(scan, "tool_call")
     if bodies or not balanced:
-        return _collect(map(_qwen_tagged, bodies), max_calls, visible, () if balanced else (_unclosed("tool_call"),))
+        return collect_calls(
+            map(_qwen_tagged, bodies), max_calls, visible, () if balanced else (unclosed_tag("tool_call"),)
+        )
     tools, balanced = find_tagged(scan, "tools")  # Qwen2.5-Coder's <tools>{...}</tools>
     if tools or not balanced:
-        return _collect(_qwen_json_bodies(tools), max_calls, visible, () if balanced else (_unclosed("tools"),))
+        return collect_calls(_qwen_json_bodies(tools), max_calls, visible, () if balanced else (unclosed_tag("tools"),))
     fenced = [b for b in _FENCED_RE.findall(scan) if _BARE_START.match(b.strip())]
     if fenced:
-        return _collect(_qwen_json_bodies(fenced), max_calls, visible)
-    spans = (v for v, _, _ in _json_spans(scan, _BARE_START))
-    items = (x for v in spans for x in ([v] if isinstance(v, ParseIssue) else _flatten(v, call_from_object)))
-    return _collect(items, max_calls, visible)
+        return collect_calls(_qwen_json_bodies(fenced), max_calls, visible)
+    spans = (v for v, _, _ in json_spans(scan, _BARE_START))
+    items = (x for v in spans for x in ([v] if isinstance(v, ParseIssue) else flatten_calls(v, call_from_object)))
+    return collect_calls(items, max_calls, visible)
 
 
 def _render_qwen(name: str, arguments: dict[str, Any]) -> str:
@@ -367,7 +252,7 @@ def _openai_call(item: Any) -> Any:
     if not isinstance(function, dict):
         return ParseIssue("bad_tool_call", shape)
     if isinstance(function.get("arguments"), str):  # the API's form: the arguments as a JSON string
-        args = _loads(function["arguments"])
+        args = load_json(function["arguments"])
         if isinstance(args, ParseIssue):
             return args
         function = {**function, "arguments": args}
@@ -388,7 +273,7 @@ def _extract_openai(visible: str, answer_tag: str, max_calls: int) -> Extracted:
     """Assistant messages as JSON objects: their tool calls, and their content where the answer is looked for."""
     items: list[Any] = []
     text, pos = [], 0
-    for value, start, end in _json_spans(visible, _MESSAGE_START):
+    for value, start, end in json_spans(visible, _MESSAGE_START):
         text.append(visible[pos:start])
         pos = end
         if isinstance(value, dict):
@@ -397,7 +282,7 @@ def _extract_openai(visible: str, answer_tag: str, max_calls: int) -> Extracted:
             text.append(content if isinstance(content, str) else "")
         else:
             items.append(value if isinstance(value, ParseIssue) else ParseIssue("bad_tool_call", "Not a message."))
-    return _collect(items, max_calls, "".join([*text, visible[pos:]]))
+    return collect_calls(items, max_calls, "".join([*text, visible[pos:]]))
 
 
 def _render_openai(name: str, arguments: dict[str, Any]) -> str:
