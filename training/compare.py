@@ -162,10 +162,16 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
     """The comparison's summary (and plots) from each arm's per-seed metrics rows."""
     curves = {arm: [st.curve(rows) for rows in seeds] for arm, seeds in runs.items()}
     summary: dict[str, Any] = {"which": which, "arms": {}}
+    first = next(iter(runs))
+    finals = {arm: [st.final(rows, "eval/success") for rows in seeds] for arm, seeds in runs.items()}
     for arm, seeds in runs.items():
+        starts = [c[0][2] for c in curves[arm]]
         summary["arms"][arm] = {
-            "start_success": st.mean_se([c[0][2] for c in curves[arm]]),
-            "final_success": st.mean_se([st.final(rows, "eval/success") for rows in seeds]),
+            "start_success": st.mean_se(starts),
+            "final_success": st.mean_se(finals[arm]),
+            # Paired by seed (the arms of a seed share its warm start), so the warm starts' spread cancels.
+            "gain_success": st.mean_se([f - s for f, s in zip(finals[arm], starts, strict=True)]),
+            "minus_first_success": st.mean_se([f - g for f, g in zip(finals[arm], finals[first], strict=True)]),
             "final_eval_reward": st.mean_se([st.final(rows, "eval/reward") for rows in seeds]),
             "generated_tokens": st.mean_se([c[-1][1] for c in curves[arm]]),
             "train_s": st.mean_se([st.train_seconds(rows) for rows in seeds]),
@@ -183,7 +189,10 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
         )
     if which == "async":
         secs = {arm: summary["arms"][arm]["train_s"] for arm in runs}
-        summary["wall_clock_ratio_vs_sync"] = {arm: secs[arm]["mean"] / secs["sync"]["mean"] for arm in runs}
+        per_seed = {arm: [st.train_seconds(rows) for rows in seeds] for arm, seeds in runs.items()}
+        summary["speedup_vs_sync"] = {  # sync's seconds over the arm's, per seed: above 1 the arm is faster
+            arm: st.mean_se([a / b for a, b in zip(per_seed[first], per_seed[arm], strict=True)]) for arm in runs
+        }
         st.plot_bars(secs, "training seconds (evals excluded)", "async: wall clock at equal steps", out / "wall.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -210,17 +219,25 @@ def table(summary: dict[str, Any]) -> str:
     def f(x: dict[str, Any], pct: bool = True) -> str:
         return f"{x['mean']:.1%} ± {x['se']:.1%}" if pct else f"{x['mean']:.2f} ± {x['se']:.2f}"
 
+    first = next(iter(summary["arms"]))
     lines = [
         f"### {summary['which']}",
-        "| arm | held-out success, start | final | final eval reward | generated tokens | train s |",
-        "|---|---|---|---|---|---|",
+        f"| arm | held-out success, start | final | gain (final - start) | final - {first} (paired) "
+        "| final eval reward | generated tokens | train s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in summary["arms"].items():
         tok, sec = a["generated_tokens"], a["train_s"]
+        paired = "" if arm == first else f(a["minus_first_success"])
         lines.append(
-            f"| {arm} | {f(a['start_success'])} | {f(a['final_success'])} | {f(a['final_eval_reward'], False)} "
-            f"| {tok['mean']:.0f} ± {tok['se']:.0f} | {sec['mean']:.0f} ± {sec['se']:.0f} |"
+            f"| {arm} | {f(a['start_success'])} | {f(a['final_success'])} | {f(a['gain_success'])} | {paired} "
+            f"| {f(a['final_eval_reward'], False)} | {tok['mean']:.0f} ± {tok['se']:.0f} "
+            f"| {sec['mean']:.0f} ± {sec['se']:.0f} |"
         )
+    speedup = summary.get("speedup_vs_sync")
+    if speedup:
+        lines += ["", "| arm | speed-up over sync (sync's train s / the arm's, per seed) |", "|---|---|"]
+        lines += [f"| {arm} | {x['mean']:.2f}x ± {x['se']:.2f} |" for arm, x in speedup.items()]
     matched = summary.get("at_matched_tokens")
     if matched:
         arms = [a for a in summary["arms"]]

@@ -98,7 +98,11 @@ def test_summary_table_and_plots(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert (tmp_path / "success.png").stat().st_size > 0 and (tmp_path / "tokens.png").stat().st_size > 0
     text = table(summary)
-    assert "| chain GRPO | 20.0% ± 0.0% | 45.0% ± 5.0% |" in text and "| 120 |" in text
+    assert "| chain GRPO | 20.0% ± 0.0% | 45.0% ± 5.0% | 25.0% ± 5.0% |  |" in text and "| 120 |" in text
+    # Tree-GRPO ends at 30% on both seeds: 20 and 10 points under chain's 50% and 40%, paired by seed.
+    assert summary["arms"]["Tree-GRPO"]["minus_first_success"]["mean"] == pytest.approx(-0.15)
+    assert summary["arms"]["Tree-GRPO"]["minus_first_success"]["se"] == pytest.approx(0.05)
+    assert "| Tree-GRPO | 20.0% ± 0.0% | 30.0% ± 0.0% | 10.0% ± 0.0% | -15.0% ± 5.0% |" in text
 
 
 def test_tool_delay_is_seeded_heavy_tailed_and_capped() -> None:
@@ -148,4 +152,4 @@ def test_compare_all_shortened(tmp_path: Path) -> None:
     assert tree["Tree-GRPO"]["generated_tokens"]["mean"] > 0
     # the chain GRPO run is the turn-level arm of `process`: trained once
     assert out["process"]["arms"]["turn-level process"] == tree["chain GRPO"]
-    assert set(out["async"]["wall_clock_ratio_vs_sync"]) == {"sync", "async, staleness 1", "async, staleness 2"}
+    assert set(out["async"]["speedup_vs_sync"]) == {"sync", "async, staleness 1", "async, staleness 2"}
