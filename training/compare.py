@@ -71,7 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-median-s", type=float, default=0.3)
     p.add_argument("--latency-sigma", type=float, default=1.2)
     p.add_argument("--threads", type=int, default=2, help="torch threads")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be at least 1 (got {args.seeds}); a standard error needs 2 or more")
+    if args.seed is not None and args.seed < 0:
+        p.error(f"--seed must be 0 or more (got {args.seed})")
+    return args
 
 
 def warm_start(args: argparse.Namespace, seed: int) -> Path:

@@ -153,3 +153,11 @@ def test_compare_all_shortened(tmp_path: Path) -> None:
     # the chain GRPO run is the turn-level arm of `process`: trained once
     assert out["process"]["arms"]["turn-level process"] == tree["chain GRPO"]
     assert set(out["async"]["speedup_vs_sync"]) == {"sync", "async, staleness 1", "async, staleness 2"}
+
+
+def test_a_seed_count_under_one_is_refused_with_the_flag_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from prm_gym.training.compare import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--seeds", "0"])
+    assert "--seeds must be at least 1 (got 0)" in capsys.readouterr().err
