@@ -1,6 +1,6 @@
 """The three comparisons of ``make compare``, each arm from the same warm start, several seeds.
 
-``python -m prm_gym.training.compare --which tree|process|async|all --seeds 3 --output-dir runs/compare``
+``python -m prm_gym.training.compare --which tree|process|async|all --seeds 5 --output-dir runs/compare``
 
 * **tree**: Tree-GRPO against chain GRPO with as many trajectories per task (``group_size`` =
   the trees' leaves per task): held-out success against generated tokens, read at matched tokens.
@@ -45,7 +45,7 @@ COMPARISONS: dict[str, dict[str, str]] = {
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--which", choices=[*COMPARISONS, "all"], default="all")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..n-1, each with its own warm start")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..n-1, each with its own warm start")
     p.add_argument("--output-dir", default="runs/compare")
     p.add_argument(
         "--seed",
