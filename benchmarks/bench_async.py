@@ -40,12 +40,12 @@ class Latency(gym.Wrapper):
         super().__init__(env)
         self.run_seed, self.delay = run_seed, 0.02
 
-    def reset(self, **kw: Any) -> Any:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         # drawn from (run seed, episode seed, task): both arms see the same latencies
-        task = (kw.get("options") or {}).get("task_id", "")
-        rng = np.random.default_rng([self.run_seed, int(kw.get("seed") or 0), sum(map(ord, task))])
+        task = (options or {}).get("task_id", "")
+        rng = np.random.default_rng([self.run_seed, int(seed or 0), sum(map(ord, task))])
         self.delay = 0.4 if rng.random() < 1 / 8 else 0.02
-        return self.env.reset(**kw)
+        return self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any) -> Any:
         time.sleep(self.delay)
@@ -63,7 +63,7 @@ def run(staleness: int, seed: int) -> float:
             env_id,
             entry_point=lambda **kw: Latency(gym.make("prm/Math-v0", levels=[1], num_tasks=50, max_turns=3), seed),
         )
-    source = LocalRollouts(WorkerSpec(env_id), policy=FakePolicy(tiny_tokenizer(), script))
+    source = LocalRollouts(WorkerSpec(env_id), policies=[FakePolicy(tiny_tokenizer(), script)])
     params = SamplingParams(max_new_tokens=16)
 
     def collect(step: int) -> Any:

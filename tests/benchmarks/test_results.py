@@ -312,3 +312,15 @@ def test_update_with_bench_args_replaces_only_the_rows_that_run_printed(monkeypa
     note = page.split(run_all.CLOSING)[1]
     assert "| envs | search step | new row | 0.50x (2 / 1) | us |" in note  # as the full run wrote it
     assert "| envs | math step | 0.25x (4 / 1) | 0.50x (2 / 1) | us |" in note
+
+
+def test_bench_async_runs_both_arms_on_the_trainers_rollout_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_async drives LocalRollouts and the Prefetcher as the trainer does; a signature drift in
+    either broke `make bench` once (`policy=` after the source took `policies=`)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = _load("bench_parse")  # the same import path run_all gives every bench (result_line beside it)
+    assert bench.slope((0, 1000), [1.0, 3.0]) == pytest.approx(2.0)
+    bench_async = _load("bench_async")
+    monkeypatch.setattr(bench_async, "STEPS", 2)
+    for staleness in (0, 2):
+        assert bench_async.run(staleness, 7) > 2 * bench_async.LEARN_S  # two learner steps at least
