@@ -322,7 +322,8 @@ def compare(
                 why = "; ".join(filter(None, [MISS_REASON.get((peer, kind), "").format(**numbers), why]))
             note = "; ".join(filter(None, [note, why]))
         if kind == "sql" and config == "default" and peer == "skyrl":
-            note = "; ".join(filter(None, [note, goal_note(o, t, shape_us)]))
+            outcome_us = median(ours[(form, "outcome")][0])
+            note = "; ".join(filter(None, [note, goal_note(o, t, shape_us, outcome_us)]))
         spreads = f"ours {spread(mine)}, {label} {spread(theirs[key])}"
         emit("envs", f"{env_id} {what}", o, t, f"{base}, {cond}", "us", "lower", spreads, note)
     if kind == "search_tool":

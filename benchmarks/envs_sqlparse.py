@@ -38,18 +38,31 @@ def shape_pass(answers: list[str], rep: int) -> float:
     return (time.perf_counter() - t0) / len(texts) * 1e6
 
 
-def goal_note(ours_us: float, theirs_us: float, shape_us: float) -> str:
-    """Where the default-judge step stands against :data:`GOAL`, and what the parse costs of it."""
+def goal_note(ours_us: float, theirs_us: float, shape_us: float, outcome_us: float = 0.0) -> str:
+    """Where the default-judge step stands against :data:`GOAL`, and what the parse costs of it.
+
+    ``outcome_us`` is our step with execution match alone (same run): with the one parse it is the
+    floor under any default-judge step that keeps the parse-based partial credit.
+    """
     ratio = theirs_us / ours_us
     build = sqlglot_build()
     cost = f"the one sqlglot parse of the query alone takes {shape_us:.0f} us of our {ours_us:.0f} us ({build})"
     if ratio >= GOAL:
         return f"goal {GOAL:g}x (#25) met; {cost}"
     rest = ours_us - shape_us
-    missed = f"goal {GOAL:g}x (#25) missed by {GOAL / ratio:.2f}x (needs {theirs_us / GOAL:.0f} us); {cost}"
+    needed = theirs_us / GOAL
+    missed = f"goal {GOAL:g}x (#25) missed by {GOAL / ratio:.2f}x (needs {needed:.0f} us); {cost}"
     if rest <= 0:
         return missed
-    return (
+    note = (
         f"{missed}: the parse is what the syntax and schema-link partial credit read (skyrl-gym gives none); "
         f"the step without it is {rest:.0f} us ({theirs_us / rest:.1f}x)"
     )
+    floor = outcome_us + shape_us
+    if outcome_us and floor > needed:
+        note += (
+            f". A library limit, measured: the execution-match-only step ({outcome_us:.0f} us) plus the one "
+            f"parse ({shape_us:.0f} us) is {floor:.0f} us, over the {needed:.0f} us the goal allows, before any "
+            "partial-credit judge runs"
+        )
+    return note

@@ -324,3 +324,13 @@ def test_bench_async_runs_both_arms_on_the_trainers_rollout_source(monkeypatch: 
     monkeypatch.setattr(bench_async, "STEPS", 2)
     for staleness in (0, 2):
         assert bench_async.run(staleness, 7) > 2 * bench_async.LEARN_S  # two learner steps at least
+
+
+def test_the_sql_goal_note_states_a_met_goal_a_miss_and_the_measured_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    sqlparse = _load("envs_sqlparse")
+    assert sqlparse.goal_note(150.0, 479.0, 92.0, 86.0).startswith("goal 3x (#25) met")
+    missed = sqlparse.goal_note(301.0, 479.0, 92.0, 86.0)
+    assert "missed by 1.89x (needs 160 us)" in missed and "the step without it is 209 us (2.3x)" in missed
+    assert "execution-match-only step (86 us) plus the one parse (92 us) is 178 us" in missed
+    assert "library limit" not in sqlparse.goal_note(301.0, 479.0, 50.0, 86.0)  # 136 us: under the goal's 160
