@@ -32,7 +32,7 @@ TASK = Task("t", "What is 6 times 7?", "42")
 def turns(tag: str) -> list[Turn]:
     out = []
     for i in range(BATCH):
-        action = f"Step {i} ({tag}): multiply 6 by 7 to get the product."
+        action = f"Step {i} ({tag}): multiply 6 by 7 to get the product. <answer>42</answer>"
         out.append(Turn(TASK, i, action, parse_action(action)))
     return out
 
@@ -95,6 +95,11 @@ def main() -> None:
         guard = measure(lambda r: [check(t, TASK.prompt) for t in texts])
         report(f"guards.check on {len(texts)} texts", guard, base)
         print(f"server saw {len(server.requests)} requests, at most {server.max_in_flight} in flight")
+        # Every turn of the timed rounds (and their warm-up) must reach the judge: a turn the parse
+        # rejects scores 0 without a request, and the rows would time nothing.
+        expected = 2 * (REPS + 1) * BATCH + BATCH
+        if len(server.requests) != expected:
+            raise SystemExit(f"the judge sent {len(server.requests)} requests, not {expected}: the rows are void")
 
 
 if __name__ == "__main__":
