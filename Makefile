@@ -11,7 +11,7 @@ EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,s
 APT_PACKAGES := bubblewrap postgresql docker.io
 APT_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) $(if $(shell command -v dockerd),,docker.io))
 
-.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-process compare-async bench bench-peers clean
+.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-roots compare-process compare-async bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -96,7 +96,7 @@ learn: setup
 COMPARE_SEEDS ?= 5
 COMPARE_JOBS ?= 2
 COMPARE_WHICH = $(or $(patsubst compare-%,%,$(filter compare-%,$@)),all)
-compare compare-tree compare-process compare-async: setup
+compare compare-tree compare-roots compare-process compare-async: setup
 	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m prm_gym.training.compare \
 		--which $(COMPARE_WHICH) --seed {} --threads 1 --output-dir runs/compare
 	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --which $(COMPARE_WHICH) \

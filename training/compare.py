@@ -1,9 +1,11 @@
 """The three comparisons of ``make compare``, each arm from the same warm start, several seeds.
 
-``python -m prm_gym.training.compare --which tree|process|async|all --seeds 5 --output-dir runs/compare``
+``python -m prm_gym.training.compare --which tree|roots|process|async|all --seeds 5 --output-dir runs/compare``
 
 * **tree**: Tree-GRPO against chain GRPO with as many trajectories per task (``group_size`` =
   the trees' leaves per task): held-out success against generated tokens, read at matched tokens.
+* **roots** (a diagnostic of *tree*): Tree-GRPO against chain GRPO with one trajectory per tree
+  root (``group_size`` = ``--trees``), so both sample each task's first turn equally often.
 * **process**: turn-level process rewards (prm/Math-v0's default judge, outcome + 0.1 format +
   0.1 tool terms) against the outcome alone (``rule/math_equiv``), at equal steps.
 * **async**: synchronous rollouts against asynchronous ones (staleness 1 and 2) on
@@ -36,6 +38,9 @@ OUTCOME_ONLY = "rule/math_equiv"
 SLOW_ENV = "prm/MathSlowTools-v0"
 COMPARISONS: dict[str, dict[str, str]] = {
     "tree": {"chain GRPO": "grpo", "Tree-GRPO": "tree-grpo"},
+    # A diagnostic of (a): chain GRPO with as many trajectories per task as Tree-GRPO has roots,
+    # so both sample each task's first turn equally often.
+    "roots": {"Tree-GRPO": "tree-grpo", "chain GRPO, one per tree root": "grpo-roots"},
     "process": {"turn-level process": "grpo", "outcome only": "outcome-only"},
     "async": {"sync": "sync", "async, staleness 1": "async-1", "async, staleness 2": "async-2"},
 }
@@ -130,6 +135,8 @@ def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainC
         return base
     if name == "tree-grpo":
         return replace(base, algo="tree-grpo")
+    if name == "grpo-roots":
+        return replace(base, group_size=args.trees)
     if name == "outcome-only":
         return replace(base, judge=OUTCOME_ONLY)
     latency = {"latency_median_s": args.latency_median_s, "latency_sigma": args.latency_sigma}
@@ -258,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    order = ["process", "tree", "async"] if args.which == "all" else [args.which]
+    order = ["process", "tree", "roots", "async"] if args.which == "all" else [args.which]
     return {which: compare(which, args) for which in order}
 
 

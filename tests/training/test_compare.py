@@ -141,7 +141,7 @@ def test_compare_all_shortened(tmp_path: Path) -> None:
     flags = ["--seeds", "2", "--output-dir", str(tmp_path), "--demos", "16", "--sft-steps", "2", "--steps", "2"]
     flags += ["--tasks-per-step", "1", "--eval-tasks", "4", "--eval-samples", "1", "--eval-every", "1"]
     out = main([*flags, "--which", "all", "--latency-median-s", "0.05"])
-    assert set(out) == {"tree", "process", "async"}
+    assert set(out) == {"tree", "roots", "process", "async"}
     for which, summary in out.items():
         assert json.loads((tmp_path / which / "summary.json").read_text()) == summary
         assert (tmp_path / which / "success.png").exists()
@@ -153,6 +153,7 @@ def test_compare_all_shortened(tmp_path: Path) -> None:
     # the chain GRPO run is the turn-level arm of `process`: trained once
     assert out["process"]["arms"]["turn-level process"] == tree["chain GRPO"]
     assert set(out["async"]["speedup_vs_sync"]) == {"sync", "async, staleness 1", "async, staleness 2"}
+    assert out["roots"]["arms"]["Tree-GRPO"] == tree["Tree-GRPO"]  # the diagnostic reuses the tree run
 
 
 def test_a_seed_count_under_one_is_refused_with_the_flag_named(capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,3 +162,15 @@ def test_a_seed_count_under_one_is_refused_with_the_flag_named(capsys: pytest.Ca
     with pytest.raises(SystemExit):
         parse_args(["--seeds", "0"])
     assert "--seeds must be at least 1 (got 0)" in capsys.readouterr().err
+
+
+def test_the_roots_diagnostic_samples_one_chain_per_tree_root_and_changes_nothing_else() -> None:
+    from dataclasses import replace
+
+    from prm_gym.training.compare import arm_config, base_config, parse_args
+
+    args = parse_args(["--trees", "3", "--expand-nodes", "2"])
+    base = base_config(args, Path("/nonexistent/warm"), 0)
+    roots = arm_config("grpo-roots", base, args)
+    assert base.group_size == base.tree.leaves_per_task and roots.group_size == 3
+    assert replace(roots, group_size=base.group_size) == base
