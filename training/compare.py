@@ -176,6 +176,7 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
     summary: dict[str, Any] = {"which": which, "arms": {}}
     first = next(iter(runs))
     finals = {arm: [st.final(rows, "eval/success") for rows in seeds] for arm, seeds in runs.items()}
+    seconds = {arm: [st.train_seconds(rows) for rows in seeds] for arm, seeds in runs.items()}
     for arm, seeds in runs.items():
         starts = [c[0][2] for c in curves[arm]]
         summary["arms"][arm] = {
@@ -186,8 +187,8 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
             "minus_first_success": st.mean_se([f - g for f, g in zip(finals[arm], finals[first], strict=True)]),
             "final_eval_reward": st.mean_se([st.final(rows, "eval/reward") for rows in seeds]),
             "generated_tokens": st.mean_se([c[-1][1] for c in curves[arm]]),
-            "train_s": st.mean_se([st.train_seconds(rows) for rows in seeds]),
-            "per_seed_final_success": [st.final(rows, "eval/success") for rows in seeds],
+            "train_s": st.mean_se(seconds[arm]),
+            "per_seed_final_success": finals[arm],
         }
     out.mkdir(parents=True, exist_ok=True)
     by_step = {arm: st.by_step(c) for arm, c in curves.items()}
@@ -201,9 +202,8 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
         )
     if which == "async":
         secs = {arm: summary["arms"][arm]["train_s"] for arm in runs}
-        per_seed = {arm: [st.train_seconds(rows) for rows in seeds] for arm, seeds in runs.items()}
         summary["speedup_vs_sync"] = {  # sync's seconds over the arm's, per seed: above 1 the arm is faster
-            arm: st.mean_se([a / b for a, b in zip(per_seed[first], per_seed[arm], strict=True)]) for arm in runs
+            arm: st.mean_se([a / b for a, b in zip(seconds[first], seconds[arm], strict=True)]) for arm in runs
         }
         st.plot_bars(secs, "training seconds (evals excluded)", "async: wall clock at equal steps", out / "wall.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
