@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from prm_gym.training.metrics import save_figure
+
 
 def mean_se(values: Sequence[float]) -> dict[str, Any]:
     """``{"mean", "se", "n"}``: the mean and its standard error (sample std / sqrt(n); 0 for n = 1)."""
@@ -116,11 +118,7 @@ def plot_curves(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def by_step(runs: Sequence[Sequence[tuple[int, float, float]]]) -> list[tuple[float, dict[str, Any]]]:
@@ -143,8 +141,4 @@ def plot_bars(values: Mapping[str, dict[str, Any]], ylabel: str, title: str, pat
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

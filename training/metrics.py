@@ -179,7 +179,7 @@ def plot_metrics(out_dir: str | Path) -> list[Path]:
         ax.plot([r["step"] for r in evals], [r["eval/reward"] for r in evals], "o--", label="held-out")
     ax.set(xlabel="step", ylabel="mean episode reward", title="reward")
     ax.legend(fontsize=8)
-    out.append(_save(fig, Path(out_dir) / "reward.png"))
+    out.append(save_figure(fig, Path(out_dir) / "reward.png"))
     if any("eval/success" in r for r in evals):
         out.append(_success_plot(plt, [r for r in evals if "eval/success" in r], Path(out_dir) / "success.png"))
     envs = sorted({k[len("episodes/env=") :] for r in rows for k in r if k.startswith("episodes/env=")})
@@ -190,7 +190,7 @@ def plot_metrics(out_dir: str | Path) -> list[Path]:
     ax.plot(steps, [r.get("staleness_max", 0.0) for r in rows], label="max")
     ax.set(xlabel="step", ylabel="policy versions", title="staleness")
     ax.legend(fontsize=8)
-    out.append(_save(fig, Path(out_dir) / "staleness.png"))
+    out.append(save_figure(fig, Path(out_dir) / "staleness.png"))
     return out
 
 
@@ -203,7 +203,7 @@ def _success_plot(plt: Any, evals: list[dict[str, Any]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.errorbar(steps, p, yerr=se, fmt="o-", capsize=3)
     ax.set(xlabel="step", ylabel="held-out success", title="success (± 1 s.e.)", ylim=(0, 1))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _env_plot(plt: Any, rows: list[dict[str, Any]], evals: list[dict[str, Any]], envs: list[str], path: Path) -> Path:
@@ -223,13 +223,15 @@ def _env_plot(plt: Any, rows: list[dict[str, Any]], evals: list[dict[str, Any]],
     right.set(xlabel="step", ylabel="success rate", title="success per env", ylim=(-0.05, 1.05))
     left.legend(fontsize=8)
     right.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (its folder made if missing) at 90 dpi, and close it."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
