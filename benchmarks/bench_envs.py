@@ -71,7 +71,7 @@ from envs_notes import CONDITIONS, MISS_REASON, RESET_REASON
 from envs_sqlparse import goal_note, shape_pass, sqlglot_build
 from fresh_text import fresh_sql
 from peer_client import PeerSession, not_installed, peer_python
-from result_line import emit, median, settle, skipped, spread
+from result_line import emit, median, per_call_us, settle, skipped, spread
 
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.tasks import Task, TaskSet
@@ -216,14 +216,7 @@ def contract_floor(reps: int, n: int = 20000) -> float:
             "tool": {"calls": 0, "failed": 0, "ok": True, "name": "", "latency_s": 0.0},
         }
 
-    means: list[float] = []
-    for _ in range(reps + 1):
-        settle()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            info()
-        means.append((time.perf_counter() - t0) / n * 1e6)
-    return median(means[1:])
+    return median([per_call_us(info, n) for _ in range(reps + 1)][1:])  # the first round warms up
 
 
 def native(peer: str, kind: str, answer: str) -> str:

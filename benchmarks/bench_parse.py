@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 
-from result_line import emit, median, settle, spread
+from result_line import emit, median, per_call_us, settle, spread
 
 from prm_gym.envs.math import MathEnv
 from prm_gym.envs.math_tasks import generate_math_tasks
@@ -35,31 +34,15 @@ def action(length: int, answer: str) -> str:
     return f"{reasoning}<answer>{answer}</answer>"
 
 
-def per_call_us(fn: Callable[[], object], n: int) -> float:
+def timed_steps(env: MathEnv, text: str, task_id: str, n: int) -> float:
+    """Mean us of the answer step alone over ``n`` fresh episodes of ``task_id`` (resets excluded)."""
     settle()
-    t0 = time.perf_counter()
+    total = 0.0
     for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
-
-
-def step_fn(env: MathEnv, text: str, task_id: str) -> Callable[[], object]:
-    """One answer step on a fresh episode of ``task_id`` (the reset is outside the step's time)."""
-
-    def run() -> object:
         env.reset(options={"task_id": task_id})
         t0 = time.perf_counter()
         env.step(text)
-        return time.perf_counter() - t0
-
-    return run
-
-
-def timed_steps(env: MathEnv, text: str, task_id: str, n: int) -> float:
-    """Mean us of the step alone over ``n`` episodes (resets excluded)."""
-    run = step_fn(env, text, task_id)
-    settle()
-    total = sum(run() for _ in range(n))  # type: ignore[misc]
+        total += time.perf_counter() - t0
     return total / n * 1e6
 
 

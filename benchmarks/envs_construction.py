@@ -3,11 +3,9 @@ id against issue 25's goal of 0.5 ms; passes alternated with the peers' like eve
 
 from __future__ import annotations
 
-import time
-
 import gymnasium as gym
 from peer_client import PeerSession
-from result_line import emit, median, settle, spread
+from result_line import emit, median, per_call_us, spread
 
 import prm_gym
 
@@ -16,11 +14,7 @@ PEERS = {"gem": "GEM", "skyrl": "skyrl-gym"}
 
 def make_pass(env_id: str, n: int = 200) -> float:
     """Mean microseconds of ``gym.make(env_id)`` with default arguments (after the first build)."""
-    settle()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        gym.make(env_id).close()
-    return (time.perf_counter() - t0) / n * 1e6
+    return per_call_us(lambda: gym.make(env_id).close(), n)
 
 
 def construction(env_id: str, peers: dict[str, PeerSession | str], reps: int) -> None:

@@ -21,7 +21,8 @@ import gc
 import json
 import math
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 PREFIX = "RESULT "
@@ -57,6 +58,15 @@ def settle() -> None:
     about 3x slower and prm/SQL-v0's sqlglot-heavy step faster.)
     """
     gc.collect()
+
+
+def per_call_us(fn: Callable[[], object], n: int) -> float:
+    """Mean microseconds of one call of ``fn`` over ``n`` calls in a row, after :func:`settle`."""
+    settle()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1e6
 
 
 def emit(
