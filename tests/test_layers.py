@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOORS = ["core", "sandbox", "rewards", "envs", "agents", "training"]
-DIRS = {"core": ROOT / "prm_gym" / "core", **{p: ROOT / p for p in FLOORS[1:]}}
+DIRS = {p: ROOT / "prm_gym" / p for p in FLOORS}
 
 
 def module_name(floor: str, path: Path) -> str:
