@@ -58,7 +58,10 @@ class MathEnv(ToolEnv):
       dataset folder; ``"dataset:gsm8k:<path>"`` / ``"dataset:math:<path>"``
       (:mod:`prm_gym.envs.datasets`); a list of Tasks or of dicts with the same fields; a TaskSet.
     * ``split``: the generator's split, and the split read from a dataset folder holding several.
-    * ``num_tasks``, ``task_seed``, ``levels``: the generator's settings (levels 1-4).
+    * ``num_tasks``, ``task_seed``, ``levels``: the generator's settings (levels 1-4; 5 and 6 are
+      word problems in 42 phrasings needing one, or two to three, calculator calls).
+    * ``templates``: which word-problem phrasings levels 5-6 use: ``"train"`` (30 templates),
+      ``"held_out"`` (12 never trained on) or ``"all"``.
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 6).
 
     ## Version History
@@ -73,6 +76,7 @@ class MathEnv(ToolEnv):
         num_tasks: int = 1000,
         task_seed: int = 0,
         levels: Sequence[int] = (1, 2, 3),
+        templates: str = "train",
         judge: str | JudgeSpec = "rule/math_equiv + 0.1*rule/format + 0.1*rule/tool",
         max_turns: int = 6,
         **kwargs: Any,
@@ -80,7 +84,7 @@ class MathEnv(ToolEnv):
         task_set = as_task_set(
             tasks,
             file_loader("prm/Math-v0", split, load_math_file),
-            lambda: generate_math_tasks(num_tasks, task_seed, split, levels),
+            lambda: generate_math_tasks(num_tasks, task_seed, split, levels, templates),
             math_record,
         )
         super().__init__(

@@ -5,7 +5,9 @@ Generated problems come in four difficulty levels, each with an exact answer:
 1. arithmetic with precedence (``What is 17 + 6 * 4?``);
 2. one- and two-step word problems (change, rates, sharing);
 3. linear equations and fraction sums;
-4. two-equation systems and percentages of quantities.
+4. two-equation systems and percentages of quantities;
+5. and 6. word problems in 42 phrasings taking one (5) or two to three (6) calculator calls, with
+   12 templates held out whole (:mod:`prm_gym.envs.math_words`, ``templates=``).
 
 The generator is pure: the same ``(n, seed, split, levels)`` always gives the same tasks, and
 the ``train`` and ``test`` splits draw from independent streams.
@@ -25,6 +27,7 @@ from prm_gym.core.errors import TaskError
 from prm_gym.core.progress import track
 from prm_gym.core.records import load_task_set
 from prm_gym.core.tasks import Task, TaskSet, generated_once, require, task_from_record
+from prm_gym.envs.math_words import word_problem
 
 _NAMES = ("Maya", "Tom", "Ava", "Noah", "Lena", "Omar", "Iris", "Kai", "Zoe", "Ravi")
 _ITEMS = ("pencils", "apples", "stickers", "notebooks", "marbles", "cookies", "tickets")
@@ -112,13 +115,16 @@ LEVELS: dict[int, Sequence[Gen]] = {
     3: (_linear, _fractions),
     4: (_system, _percent),
 }
+#: The word-problem levels (:mod:`prm_gym.envs.math_words`): one call, and two or three.
+WORD_LEVELS = (5, 6)
 
 
 @generated_once()
 def generate_math_tasks(
-    n: int = 1000, seed: int = 0, split: str = "train", levels: Sequence[int] = (1, 2, 3)
+    n: int = 1000, seed: int = 0, split: str = "train", levels: Sequence[int] = (1, 2, 3), templates: str = "train"
 ) -> TaskSet:
-    """``n`` generated math problems, levels drawn uniformly from ``levels``.
+    """``n`` generated math problems, levels drawn uniformly from ``levels``; the word-problem
+    levels 5 and 6 draw their phrasings from ``templates`` (``train``, ``held_out`` or ``all``).
 
     Generated once per process for each set of arguments and shared (read-only ``meta``).
 
@@ -127,18 +133,23 @@ def generate_math_tasks(
     """
     if split not in _SPLITS:
         raise TaskError(f"split must be one of {sorted(_SPLITS)}, got {split!r}.")
-    bad = [lv for lv in levels if lv not in LEVELS]
+    bad = [lv for lv in levels if lv not in LEVELS and lv not in WORD_LEVELS]
     if bad or not levels:
-        raise TaskError(f"levels must be a non-empty subset of {sorted(LEVELS)}, got {list(levels)}.")
+        raise TaskError(f"levels must be a non-empty subset of {[*sorted(LEVELS), *WORD_LEVELS]}, got {list(levels)}.")
     if n < 1:
         raise TaskError(f"the number of tasks must be >= 1, got {n}.")
     rng = np.random.default_rng([seed, _SPLITS[split]])
     tasks = []
     for k in track(range(n), desc="math tasks", unit="task"):
         level = int(levels[int(rng.integers(len(levels)))])
-        gens = LEVELS[level]
-        question, answer = gens[int(rng.integers(len(gens)))](rng)
-        tasks.append(Task(f"math-{split}-{seed}-{k:05d}", question, answer, {"level": level}))
+        meta: dict[str, Any] = {"level": level}
+        if level in WORD_LEVELS:
+            question, answer, extra = word_problem(rng, level, templates)
+            meta.update(extra)
+        else:
+            gens = LEVELS[level]
+            question, answer = gens[int(rng.integers(len(gens)))](rng)
+        tasks.append(Task(f"math-{split}-{seed}-{k:05d}", question, answer, meta))
     return TaskSet(tasks, name=f"generated math ({split}, seed {seed})")
 
 

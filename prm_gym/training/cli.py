@@ -64,7 +64,7 @@ def merge_repeated(argv: list[str], flag: str) -> list[str]:
 
 def run_eval(cfg: TrainConfig) -> dict[str, float]:
     """Evaluate the latest checkpoint in ``cfg.output_dir`` (or the initial policy) and save eval.json."""
-    from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
     from prm_gym.core.hf import HFPolicy
     from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
     from prm_gym.training.evaluation import evaluate
@@ -78,7 +78,9 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
         policy.model = initial_weights(policy.model, load_checkpoint(cfg.init_checkpoint))
     elif source:
         policy.model = apply_checkpoint(policy.model, load_checkpoint(source))  # LoRA: adapters onto --policy
-    chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
+    chat = ChatTemplate(
+        policy.tokenizer, cfg.system_prompt or DEFAULT_SYSTEM, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format
+    )
     result = evaluate(policy, chat, cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / "eval.json").write_text(json.dumps({"checkpoint": source, **result}, indent=2))

@@ -93,6 +93,9 @@ class TrainConfig:
     tools_prompt: Literal["auto", "full", "compact", "native"] = "auto"
     """System prompt tool block: auto (native where the tokenizer's template renders tools= in the tool
     format, else full), full JSON schemas, compact signatures (tiny byte-level models), or native."""
+    system_prompt: str = ""
+    """The system message before the tool block (empty: the default one). Put a worked example here to
+    show the model a complete tool call (make learn's few-shot prompt does)."""
     algo: Literal["grpo", "tree-grpo"] = "grpo"
     """Chain GRPO groups, or Tree-GRPO trees forked at turn boundaries."""
     mode: Literal["train", "eval"] = "train"

@@ -25,7 +25,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -111,16 +111,25 @@ def demonstrations(
 
 
 def sft(
-    model: Any, demos: list[tuple[list[int], list[int]]], steps: int, lr: float, batch: int, seed: int, bf16: bool
+    model: Any,
+    demos: list[tuple[list[int], list[int]]],
+    steps: int,
+    lr: float,
+    batch: int,
+    seed: int,
+    bf16: bool,
+    every: int = 0,
+    checkpoint: Callable[[int], None] | None = None,
 ) -> float:
     """Cross-entropy on the demonstrations' assistant tokens (under bfloat16 autocast with ``bf16``);
-    returns the last loss."""
+    returns the last loss. With ``every``, ``checkpoint(step)`` is called after every ``every`` steps
+    (the model in eval mode), e.g. to score it on validation tasks and keep the best."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(0.0)
     progress = bar(steps, "SFT", "step", delay=0.0)
-    for _ in range(steps):
+    for step in range(steps):
         rows = [demos[int(i)] for i in torch.randint(len(demos), (batch,), generator=gen)]
         width = max(len(t) for t, _ in rows)
         ids = torch.zeros(batch, width, dtype=torch.long)
@@ -136,6 +145,10 @@ def sft(
         opt.step()
         progress.update(1)
         progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+        if checkpoint is not None and every and (step + 1) % every == 0:
+            model.eval()
+            checkpoint(step + 1)
+            model.train()
     progress.close()
     model.eval()
     return float(loss.detach())

@@ -14,7 +14,7 @@ import gymnasium as gym
 import torch
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
-from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.hf import HFPolicy
 from prm_gym.envs.remote import RemoteEnv
@@ -109,7 +109,9 @@ def build_run(cfg: TrainConfig) -> Run:
     if cfg.lora.rank:  # the reference above is the base; LoRA leaves it as it is
         policy.model = add_lora(policy.model, cfg.lora, seed=cfg.seed)
     optimizer = torch.optim.AdamW(trainable(policy.model), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
+    chat = ChatTemplate(
+        policy.tokenizer, cfg.system_prompt or DEFAULT_SYSTEM, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format
+    )
     make_envs, train_ids, combine = probe_envs(cfg, chat)
     run = Run(cfg, policy, optimizer, ref, chat, make_envs, train_ids, combine=combine)
     if cfg.resume and not (Path(cfg.output_dir) / CHECKPOINT).exists():

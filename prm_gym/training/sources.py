@@ -138,6 +138,7 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
         imports=cfg.imports,
         seed=cfg.seed,
         tools_prompt=cfg.tools_prompt,
+        system_prompt=cfg.system_prompt,
         sample_dtype=cfg.sample_dtype,
         tool_format=cfg.tool_format,
         served_model=cfg.vllm_weights[3:] if cfg.policy.startswith("vllm:") else "policy",

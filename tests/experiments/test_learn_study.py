@@ -1,0 +1,62 @@
+"""experiments/learn.py (`make learn`): correct demonstrations, lenient extraction, paired statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from prm_gym.agents.rollout import Trajectory, TurnRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def study() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("learn_study", ROOT / "experiments" / "learn.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["learn_study"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demonstrations_are_all_correct_and_call_once_per_step(study: ModuleType, tiny_tokenizer: Any) -> None:
+    args = study.parse_args(["--demos", "24", "--train-tasks", "50"])
+    chat = study.chat_for(tiny_tokenizer)
+    demos = study.demonstrations(chat, args)  # asserts reward 1 for every one while playing
+    env = gym.make("prm/Math-v0", **study.env_kwargs(args))
+    tasks = env.unwrapped.tasks
+    for k, (tokens, mask) in enumerate(demos):
+        text = tiny_tokenizer.decode([t for t, m in zip(tokens, mask, strict=True) if m])
+        task = tasks.get(list(tasks.ids)[k % len(tasks)])
+        assert text.count("<tool_call>") == len(task.meta["calls"]) and f"<answer>{task.answer}</answer>" in text
+
+
+def _traj(*actions: str) -> Trajectory:
+    traj = Trajectory(task_id="t", prompt="p")
+    traj.turns = [TurnRecord(a, "", 0.0, {}, "ok", 0, 0, {}) for a in actions]
+    return traj
+
+
+def test_lenient_extraction_ignores_tool_call_numbers(study: ModuleType) -> None:
+    assert study.lenient_answer(_traj('<tool_call>{"arguments": {"expression": "6 * 7"}}</tool_call>')) is None
+    assert study.lenient_answer(_traj("6 * 7 = 42", "so the answer is 1,042.")) == "1042"
+    assert study.lenient_answer(_traj("<answer>17</answer> 18")) == "17"
+    assert study.same_number("42.0", "42") and not study.same_number("abc", "42")
+
+
+def test_paired_difference_counts_discordant_tasks(study: ModuleType) -> None:
+    a = [{"task_id": str(i), "strict": i < 5} for i in range(10)]
+    b = [{"task_id": str(i), "strict": 2 <= i < 9} for i in range(10)]
+    c = study.paired(a, b)
+    assert (c["b_only"], c["a_only"], c["n"]) == (4, 2, 10)
+    assert c["diff"] == pytest.approx(0.2)
+    diffs = [-1, -1, 0, 0, 0, 1, 1, 1, 1, 0]
+    mean = sum(diffs) / 10
+    assert c["se"] == pytest.approx((sum((d - mean) ** 2 for d in diffs) / 9 / 10) ** 0.5)
