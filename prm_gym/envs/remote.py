@@ -235,7 +235,9 @@ class RemoteEnv(gym.Env[str, str]):
             with contextlib.suppress(httpx.HTTPError):
                 self._http.delete(url, timeout=timeout)
             return
-        threading.Thread(target=_delete_quietly, args=(url, timeout, self._headers), name="prm-remote-drop", daemon=True).start()
+        threading.Thread(
+            target=_delete_quietly, args=(url, timeout, self._headers), name="prm-remote-drop", daemon=True
+        ).start()
 
     @property
     def tasks(self) -> TaskSet:

@@ -109,7 +109,8 @@ class SearchEnv(ToolEnv):
     * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
       world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator
       (``split`` also picks the split of a dataset folder holding several).
-    * ``retrieval_timeout_s``: the total deadline of one HTTP retrieval (default 2 s); ``judge``, ``max_turns`` (default 4).
+    * ``retrieval_timeout_s``: the total deadline of one HTTP retrieval (default 2 s);
+      ``judge``, ``max_turns`` (default 4).
 
     ## Version History
     * v0: initial version.

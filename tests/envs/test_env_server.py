@@ -152,40 +152,41 @@ def test_stopping_the_server_closes_every_session(close_log: Path) -> None:
     assert not server.sessions and closed(close_log) == before + 3
 
 
-def test_bad_requests_get_4xx_with_a_reason(flaky: tuple[EnvServer, str]) -> None:
-    server, url = flaky
-    sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
-    step = f"{url}/sessions/{sid}/step"
-    cases = [
-        (httpx.post(url + "/sessions/nope/step", json={"action": "x"}), 404, "no session"),
-        (httpx.post(step, json={"action": "x"}), 409, "reset"),
-        (httpx.post(step, content=b"{not json"), 400, "not JSON"),
-        (httpx.post(step, content=b'{"action": "\xff\xfe"}'), 400, "UTF-8"),
-        (httpx.post(step, json=["x"]), 422, "JSON object"),
-        (httpx.post(step, json={"act": "x"}), 422, "'action'"),
-        (httpx.post(step, json={"action": 3}), 422, "string"),
-        (httpx.post(step, json={"action": "x" * (2 << 20)}), 413, "--max-body-bytes"),
-        (httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": -1}), 422, "seed"),
-        (httpx.post(f"{url}/sessions/{sid}/reset", json={"options": {"task_id": "zz"}}), 400, "no task"),
-        (httpx.post(url + "/sessions", json={"env_kwargs": {"tasks": "/etc/passwd"}}), 400, "--allow-kwargs"),
-        (httpx.post(url + "/sessions", json={"env_kwargs": {"num_tasks": "many"}}), 400, "rejected"),
-        (httpx.post(url + "/sessions", json={"env": "prm/Math-v0"}), 400, "serves 'test/Flaky-v0'"),
-        (httpx.get(url + "/nowhere"), 404, "Not Found"),
-    ]
-    for response, status, reason in cases:
-        assert response.status_code == status, (response.request.url, response.text)
-        assert reason in response.json()["error"], response.json()
-    # the session survived all of that
-    assert httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
-    with pytest.raises(RemoteEnvError, match="allow-kwargs"):
-        RemoteEnv(url, env_kwargs={"judge": "llm/turn"})
-    with pytest.raises(RemoteEnvError, match="serves"):
-        RemoteEnv(url, env_id="prm/Math-v0")
-    env = RemoteEnv(url)
-    with pytest.raises(gym.error.ResetNeeded):
-        env.step("x")
-    env.close()
-    assert list(server.sessions) == [sid]
+def test_bad_requests_get_4xx_with_a_reason() -> None:
+    server = EnvServer(ServerConfig("test/Flaky-v0"))  # no short idle timeout: each case may start a worker
+    with serve_in_thread(server) as url:
+        sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
+        step = f"{url}/sessions/{sid}/step"
+        cases = [
+            (httpx.post(url + "/sessions/nope/step", json={"action": "x"}), 404, "no session"),
+            (httpx.post(step, json={"action": "x"}), 409, "reset"),
+            (httpx.post(step, content=b"{not json"), 400, "not JSON"),
+            (httpx.post(step, content=b'{"action": "\xff\xfe"}'), 400, "UTF-8"),
+            (httpx.post(step, json=["x"]), 422, "JSON object"),
+            (httpx.post(step, json={"act": "x"}), 422, "'action'"),
+            (httpx.post(step, json={"action": 3}), 422, "string"),
+            (httpx.post(step, json={"action": "x" * (2 << 20)}), 413, "--max-body-bytes"),
+            (httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": -1}), 422, "seed"),
+            (httpx.post(f"{url}/sessions/{sid}/reset", json={"options": {"task_id": "zz"}}), 400, "no task"),
+            (httpx.post(url + "/sessions", json={"env_kwargs": {"tasks": "/etc/passwd"}}), 400, "--allow-kwargs"),
+            (httpx.post(url + "/sessions", json={"env_kwargs": {"num_tasks": "many"}}), 400, "rejected"),
+            (httpx.post(url + "/sessions", json={"env": "prm/Math-v0"}), 400, "serves 'test/Flaky-v0'"),
+            (httpx.get(url + "/nowhere"), 404, "Not Found"),
+        ]
+        for response, status, reason in cases:
+            assert response.status_code == status, (response.request.url, response.text)
+            assert reason in response.json()["error"], response.json()
+        # the session survived all of that
+        assert httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
+        with pytest.raises(RemoteEnvError, match="allow-kwargs"):
+            RemoteEnv(url, env_kwargs={"judge": "llm/turn"})
+        with pytest.raises(RemoteEnvError, match="serves"):
+            RemoteEnv(url, env_id="prm/Math-v0")
+        env = RemoteEnv(url)
+        with pytest.raises(gym.error.ResetNeeded):
+            env.step("x")
+        env.close()
+        assert list(server.sessions) == [sid]
 
 
 def test_a_crashing_env_gets_5xx_and_the_client_flags_infra_error(flaky: tuple[EnvServer, str]) -> None:

@@ -14,7 +14,6 @@ import gymnasium as gym
 import pytest
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
-
 from prm_gym.core.errors import JudgeError, RetrievalError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.tasks import Task

@@ -69,7 +69,10 @@ def build_app(server: EnvServer) -> FastAPI:
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> Response:
-        return json_response({"error": exc.reason}, exc.status)
+        response = json_response({"error": exc.reason}, exc.status)
+        if exc.status in (408, 413):  # the body was not read to its end: free the connection now
+            response.headers["connection"] = "close"
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _route_error(request: Request, exc: StarletteHTTPException) -> Response:

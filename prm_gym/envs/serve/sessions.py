@@ -150,7 +150,9 @@ class EnvServer:
     def session_kwargs(self, body: dict[str, Any]) -> dict[str, Any]:
         env = body.get("env")
         if env is not None and env != self.cfg.env_id:
-            raise HTTPError(400, f"this server serves {self.cfg.env_id!r}, not {str(env)[:200]!r}; start one with --env {env}")
+            raise HTTPError(
+                400, f"this server serves {self.cfg.env_id!r}, not {str(env)[:200]!r}; start one with --env {env}"
+            )
         kwargs = body.get("env_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise HTTPError(422, "env_kwargs must be a JSON object")
@@ -169,7 +171,9 @@ class EnvServer:
         if len(self.sessions) + self.creating >= self.cfg.max_sessions:
             raise HTTPError(503, f"the server holds its --max-sessions limit ({self.cfg.max_sessions}); close sessions")
 
-    def _add(self, worker: EnvWorker, slot: int, kwargs: dict[str, Any], owner: str, desc: dict[str, Any]) -> dict[str, Any]:
+    def _add(
+        self, worker: EnvWorker, slot: int, kwargs: dict[str, Any], owner: str, desc: dict[str, Any]
+    ) -> dict[str, Any]:
         sid = secrets.token_urlsafe(16)
         worker.slots.add(slot)
         self.sessions[sid] = Session(sid, worker, slot, kwargs, owner)

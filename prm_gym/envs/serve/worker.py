@@ -134,10 +134,8 @@ def _main(conn: Connection, spec: Any, imports: tuple[str, ...]) -> None:  # pra
         rid, slot, op, arg = message
         threading.Thread(target=run, args=(rid, slot, op, arg), daemon=True).start()
     for env in envs.values():
-        try:
+        with contextlib.suppress(Exception):
             env.close()
-        except Exception:
-            pass
 
 
 class EnvWorker:
