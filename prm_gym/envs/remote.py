@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import secrets
 import threading
 import time
 from typing import Any
@@ -38,6 +40,7 @@ import httpx
 from prm_gym.core.errors import ConfigError, InfraError, PRMError
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task, TaskSet
+from prm_gym.envs.serve.auth import CLIENT_HEADER, TOKEN_ENV
 from prm_gym.envs.serve.wire import dumps, from_wire
 from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
 
@@ -70,6 +73,10 @@ class RemoteEnv(gym.Env[str, str]):
         env_kwargs: keyword arguments the server applies to this session's env (only the keys
             its ``--allow-kwargs`` names, e.g. ``split``, ``levels``, ``num_tasks``, ``task_seed``).
         timeout_s: the total deadline of each call: connecting, reading and retries.
+        token: the server's token (default: ``$PRM_SERVE_TOKEN``); needed when it serves beyond loopback.
+
+    Each ``RemoteEnv`` sends a random client key of its own: its sessions (and their forks)
+    answer only it.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
@@ -81,14 +88,21 @@ class RemoteEnv(gym.Env[str, str]):
         env_id: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
         timeout_s: float = 60.0,
+        token: str | None = None,
         _session: dict[str, Any] | None = None,
+        _client_key: str | None = None,
     ):
         if timeout_s <= 0:
             raise ConfigError(f"RemoteEnv timeout_s must be positive, got {timeout_s}.")
         self.url = url.rstrip("/")
         self.env_kwargs = dict(env_kwargs or {})
         self.timeout_s = timeout_s
-        self._http = httpx.Client(base_url=self.url)
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self._client_key = _client_key or secrets.token_urlsafe(24)
+        self._headers = {CLIENT_HEADER: self._client_key}
+        if self.token:
+            self._headers["authorization"] = f"Bearer {self.token}"
+        self._http = httpx.Client(base_url=self.url, headers=self._headers)
         self._closed = False
         self._sid: str | None = None
         self._done = True
@@ -221,7 +235,9 @@ class RemoteEnv(gym.Env[str, str]):
             with contextlib.suppress(httpx.HTTPError):
                 self._http.delete(url, timeout=timeout)
             return
-        threading.Thread(target=_delete_quietly, args=(url, timeout), name="prm-remote-drop", daemon=True).start()
+        threading.Thread(
+            target=_delete_quietly, args=(url, timeout, self._headers), name="prm-remote-drop", daemon=True
+        ).start()
 
     @property
     def tasks(self) -> TaskSet:
@@ -236,7 +252,14 @@ class RemoteEnv(gym.Env[str, str]):
     def fork(self) -> RemoteEnv:
         """A new session at this one's turn boundary (the server forks its env)."""
         desc = self._request("POST", self._session_path("fork"))
-        clone = RemoteEnv(self.url, env_kwargs=self.env_kwargs, timeout_s=self.timeout_s, _session=desc)
+        clone = RemoteEnv(
+            self.url,
+            env_kwargs=self.env_kwargs,
+            timeout_s=self.timeout_s,
+            token=self.token,
+            _session=desc,
+            _client_key=self._client_key,
+        )
         clone._done, clone._turn, clone._task_id, clone._tasks = self._done, self._turn, self._task_id, self._tasks
         return clone
 
@@ -251,6 +274,6 @@ class RemoteEnv(gym.Env[str, str]):
             super().close()
 
 
-def _delete_quietly(url: str, timeout: float) -> None:
+def _delete_quietly(url: str, timeout: float, headers: dict[str, str]) -> None:
     with contextlib.suppress(httpx.HTTPError):
-        httpx.delete(url, timeout=timeout)
+        httpx.delete(url, timeout=timeout, headers=headers)

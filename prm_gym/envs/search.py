@@ -18,6 +18,7 @@ from prm_gym.core.tools import Tool, ToolResult
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.datasets import file_loader
 from prm_gym.envs.search_index import BM25Index, Passage, Retriever, open_retriever
+from prm_gym.envs.search_index.client import DEFAULT_TIMEOUT_S as DEFAULT_RETRIEVAL_TIMEOUT_S
 from prm_gym.envs.search_index.protocol import check_query
 from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, qa_record, world_passages
 from prm_gym.rewards.combine import JudgeSpec
@@ -108,7 +109,8 @@ class SearchEnv(ToolEnv):
     * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
       world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator
       (``split`` also picks the split of a dataset folder holding several).
-    * ``retrieval_timeout_s``: bound on one HTTP retrieval; ``judge``, ``max_turns`` (default 4).
+    * ``retrieval_timeout_s``: the total deadline of one HTTP retrieval (default 2 s);
+      ``judge``, ``max_turns`` (default 4).
 
     ## Version History
     * v0: initial version.
@@ -126,7 +128,7 @@ class SearchEnv(ToolEnv):
         split: str = "train",
         num_tasks: int = 1000,
         task_seed: int = 0,
-        retrieval_timeout_s: float = 10.0,
+        retrieval_timeout_s: float = DEFAULT_RETRIEVAL_TIMEOUT_S,
         judge: str | JudgeSpec = "rule/exact_match + 0.1*rule/format + 0.2*rule/retrieval",
         max_turns: int = 4,
         **kwargs: Any,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,13 +14,11 @@ import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
-from gymnasium.envs.registration import register
 from gymnasium.utils.env_checker import check_env
 
 import prm_gym  # noqa: F401
-from prm_gym.core.tasks import Task, TaskSet
-from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.remote import RemoteEnv, RemoteEnvError, RemoteEnvUnavailable
+from tests.envs.flaky_env import closed
 
 pytest.importorskip("fastapi", reason="the env server needs the serve extra (fastapi, uvicorn)")
 
@@ -35,36 +32,6 @@ pytestmark = pytest.mark.xdist_group("env_server")
 MATH_KW = {"num_tasks": 12, "levels": [1, 2], "max_turns": 2}
 
 
-class FlakyEnv(ToolEnv):
-    """A ToolEnv whose step crashes on ``crash``, sleeps on ``slow``, and adds NumPy and NaN to info."""
-
-    closed = 0
-    lock = threading.Lock()
-
-    def __init__(self, num_tasks: int = 3, **kwargs: Any):
-        tasks = TaskSet([Task(f"t{i}", f"say {i}", str(i), {"level": i % 2 + 1}) for i in range(num_tasks)])
-        super().__init__(tasks, judge="rule/exact_match", **kwargs)
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if action == "crash":
-            raise RuntimeError("the env's backend exploded")
-        if action == "slow":
-            time.sleep(1.5)
-        obs, reward, terminated, truncated, info = super().step(action)
-        info["diag"] = {"f32": np.float32(0.5), "nan": math.nan, "inf": -math.inf, "i64": np.int64(3)}
-        return obs, reward, terminated, truncated, info
-
-    def close(self) -> None:
-        if not self._closed:
-            with FlakyEnv.lock:
-                FlakyEnv.closed += 1
-        super().close()
-
-
-if "test/Flaky-v0" not in gym.registry:
-    register(id="test/Flaky-v0", entry_point=FlakyEnv, max_episode_steps=4)
-
-
 @pytest.fixture(scope="module")
 def math_url() -> Iterator[str]:
     with serve_in_thread(EnvServer(ServerConfig("prm/Math-v0", MATH_KW))) as url:
@@ -72,8 +39,14 @@ def math_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def flaky() -> Iterator[tuple[EnvServer, str]]:
-    server = EnvServer(ServerConfig("test/Flaky-v0", idle_timeout_s=0.5, reap_every_s=0.1))
+def close_log(tmp_path: Path) -> Path:
+    return tmp_path / "closed.log"
+
+
+@pytest.fixture
+def flaky(close_log: Path) -> Iterator[tuple[EnvServer, str]]:
+    kw = {"close_log": str(close_log)}
+    server = EnvServer(ServerConfig("test/Flaky-v0", kw, idle_timeout_s=0.5, reap_every_s=0.1, call_timeout_s=3.0))
     with serve_in_thread(server) as url:
         yield server, url
 
@@ -152,15 +125,15 @@ def test_a_slow_step_does_not_block_other_sessions(flaky: tuple[EnvServer, str])
     fast.close()
 
 
-def test_idle_sessions_are_reaped_and_their_envs_closed(flaky: tuple[EnvServer, str]) -> None:
+def test_idle_sessions_are_reaped_and_their_envs_closed(flaky: tuple[EnvServer, str], close_log: Path) -> None:
     server, url = flaky
-    before = FlakyEnv.closed
+    before = closed(close_log)
     env = RemoteEnv(url)
     env.reset(seed=0)
     deadline = time.monotonic() + 10
     while server.sessions and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not server.sessions and server.closed_by_reaper == 1 and FlakyEnv.closed == before + 1
+    assert not server.sessions and server.closed_by_reaper == 1 and closed(close_log) == before + 1
     # mid-episode, the expired session is an infrastructure failure, not the agent's
     _, reward, terminated, truncated, info = env.step("<answer>0</answer>")
     assert info["reward_status"] == "infra_error" and reward == 0.0 and truncated and not terminated
@@ -169,50 +142,51 @@ def test_idle_sessions_are_reaped_and_their_envs_closed(flaky: tuple[EnvServer, 
     env.close()
 
 
-def test_stopping_the_server_closes_every_session() -> None:
-    server = EnvServer(ServerConfig("test/Flaky-v0"))
-    before = FlakyEnv.closed
+def test_stopping_the_server_closes_every_session(close_log: Path) -> None:
+    server = EnvServer(ServerConfig("test/Flaky-v0", {"close_log": str(close_log)}))
+    before = closed(close_log)
     with serve_in_thread(server) as url:
         for _ in range(3):
             httpx.post(url + "/sessions", json={"env_kwargs": {"num_tasks": 2}}).raise_for_status()
         assert len(server.sessions) == 3
-    assert not server.sessions and FlakyEnv.closed == before + 3
+    assert not server.sessions and closed(close_log) == before + 3
 
 
-def test_bad_requests_get_4xx_with_a_reason(flaky: tuple[EnvServer, str]) -> None:
-    server, url = flaky
-    sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
-    step = f"{url}/sessions/{sid}/step"
-    cases = [
-        (httpx.post(url + "/sessions/nope/step", json={"action": "x"}), 404, "no session"),
-        (httpx.post(step, json={"action": "x"}), 409, "reset"),
-        (httpx.post(step, content=b"{not json"), 400, "not JSON"),
-        (httpx.post(step, content=b'{"action": "\xff\xfe"}'), 400, "UTF-8"),
-        (httpx.post(step, json=["x"]), 422, "JSON object"),
-        (httpx.post(step, json={"act": "x"}), 422, "'action'"),
-        (httpx.post(step, json={"action": 3}), 422, "string"),
-        (httpx.post(step, json={"action": "x" * (2 << 20)}), 413, "--max-body-bytes"),
-        (httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": -1}), 422, "seed"),
-        (httpx.post(f"{url}/sessions/{sid}/reset", json={"options": {"task_id": "zz"}}), 400, "no task"),
-        (httpx.post(url + "/sessions", json={"env_kwargs": {"tasks": "/etc/passwd"}}), 400, "--allow-kwargs"),
-        (httpx.post(url + "/sessions", json={"env_kwargs": {"num_tasks": "many"}}), 400, "rejected"),
-        (httpx.post(url + "/sessions", json={"env": "prm/Math-v0"}), 400, "serves 'test/Flaky-v0'"),
-        (httpx.get(url + "/nowhere"), 404, "Not Found"),
-    ]
-    for response, status, reason in cases:
-        assert response.status_code == status, (response.request.url, response.text)
-        assert reason in response.json()["error"], response.json()
-    # the session survived all of that
-    assert httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
-    with pytest.raises(RemoteEnvError, match="allow-kwargs"):
-        RemoteEnv(url, env_kwargs={"judge": "llm/turn"})
-    with pytest.raises(RemoteEnvError, match="serves"):
-        RemoteEnv(url, env_id="prm/Math-v0")
-    env = RemoteEnv(url)
-    with pytest.raises(gym.error.ResetNeeded):
-        env.step("x")
-    env.close()
-    assert list(server.sessions) == [sid]
+def test_bad_requests_get_4xx_with_a_reason() -> None:
+    server = EnvServer(ServerConfig("test/Flaky-v0"))  # no short idle timeout: each case may start a worker
+    with serve_in_thread(server) as url:
+        sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
+        step = f"{url}/sessions/{sid}/step"
+        cases = [
+            (httpx.post(url + "/sessions/nope/step", json={"action": "x"}), 404, "no session"),
+            (httpx.post(step, json={"action": "x"}), 409, "reset"),
+            (httpx.post(step, content=b"{not json"), 400, "not JSON"),
+            (httpx.post(step, content=b'{"action": "\xff\xfe"}'), 400, "UTF-8"),
+            (httpx.post(step, json=["x"]), 422, "JSON object"),
+            (httpx.post(step, json={"act": "x"}), 422, "'action'"),
+            (httpx.post(step, json={"action": 3}), 422, "string"),
+            (httpx.post(step, json={"action": "x" * (2 << 20)}), 413, "--max-body-bytes"),
+            (httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": -1}), 422, "seed"),
+            (httpx.post(f"{url}/sessions/{sid}/reset", json={"options": {"task_id": "zz"}}), 400, "no task"),
+            (httpx.post(url + "/sessions", json={"env_kwargs": {"tasks": "/etc/passwd"}}), 400, "--allow-kwargs"),
+            (httpx.post(url + "/sessions", json={"env_kwargs": {"num_tasks": "many"}}), 400, "rejected"),
+            (httpx.post(url + "/sessions", json={"env": "prm/Math-v0"}), 400, "serves 'test/Flaky-v0'"),
+            (httpx.get(url + "/nowhere"), 404, "Not Found"),
+        ]
+        for response, status, reason in cases:
+            assert response.status_code == status, (response.request.url, response.text)
+            assert reason in response.json()["error"], response.json()
+        # the session survived all of that
+        assert httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
+        with pytest.raises(RemoteEnvError, match="allow-kwargs"):
+            RemoteEnv(url, env_kwargs={"judge": "llm/turn"})
+        with pytest.raises(RemoteEnvError, match="serves"):
+            RemoteEnv(url, env_id="prm/Math-v0")
+        env = RemoteEnv(url)
+        with pytest.raises(gym.error.ResetNeeded):
+            env.step("x")
+        env.close()
+        assert list(server.sessions) == [sid]
 
 
 def test_a_crashing_env_gets_5xx_and_the_client_flags_infra_error(flaky: tuple[EnvServer, str]) -> None:

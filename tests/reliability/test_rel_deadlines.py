@@ -4,13 +4,16 @@ restart with every byte: 61.6 s and more than 120 s before)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import gymnasium as gym
 import pytest
 
+import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.core.errors import JudgeError, RetrievalError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.tasks import Task
@@ -91,4 +94,42 @@ def test_defaults_keep_a_step_moving() -> None:
     from prm_gym.rewards.llm_judge import DEFAULT_TIMEOUT_S as JUDGE_S
 
     assert LLMJudge().timeout_s == JUDGE_S == 30.0
-    assert HTTPRetriever("http://127.0.0.1:9").timeout_s == RETRIEVER_S == 10.0
+    assert HTTPRetriever("http://127.0.0.1:9").timeout_s == RETRIEVER_S == 2.0
+
+
+@pytest.fixture
+def silent_retriever() -> Iterator[str]:
+    """A retrieval "server" that accepts every connection and never sends a byte."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_search_step_against_a_silent_retriever_is_an_infra_error_in_2s(silent_retriever: str) -> None:
+    env = gym.make("prm/Search-v0", index=silent_retriever, world_people=40, num_tasks=4)  # default deadline
+    env.reset(seed=0)
+    call = '<tool_call>{"name": "search", "arguments": {"query": "river city"}}</tool_call>'
+    start = time.monotonic()
+    _, reward, _, _, info = env.step(call)
+    elapsed = time.monotonic() - start
+    env.close()
+    print(f"\nsearch step vs a retriever that never answers: infra_error after {elapsed:.2f}s (default deadline)")
+    assert info["reward_status"] == "infra_error"
+    assert 1.9 < elapsed < 3.0  # the 2 s default (it was 10 s)

@@ -1,7 +1,9 @@
 """The env server's HTTP API (FastAPI), and a way to run it in a thread.
 
 Every body is JSON in the wire format of :mod:`prm_gym.envs.serve.wire`; every error is
-``{"error": "<reason>"}``, 4xx when the request was wrong, 5xx when the env failed. Endpoints:
+``{"error": "<reason>"}``, 4xx when the request was wrong, 5xx when the env failed. With a token
+(:mod:`prm_gym.envs.serve.auth`) every endpoint but ``/health`` needs ``Authorization: Bearer
+<token>`` (401 otherwise), and a session answers only the client that created it. Endpoints:
 
 * ``GET /health`` -> ``{"status": "ok", "env", "sessions", "max_sessions"}``;
 * ``GET /tools`` -> ``{"tools": [<OpenAI function schema>, ...]}``;
@@ -31,7 +33,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from prm_gym.envs.serve.sessions import PUBLIC_META, EnvServer, HTTPError, Session
+from prm_gym.envs.serve import auth
+from prm_gym.envs.serve.errors import HTTPError
+from prm_gym.envs.serve.limits import MAX_SEED
+from prm_gym.envs.serve.sessions import EnvServer
 from prm_gym.envs.serve.wire import dumps
 
 
@@ -42,8 +47,8 @@ def json_response(payload: Any, status: int = 200) -> Response:
 
 def _reset_args(body: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
     seed, options = body.get("seed"), body.get("options")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise HTTPError(422, f"seed must be a non-negative integer or null, got {seed!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise HTTPError(422, f"seed must be an integer in [0, 2**63 - 1] or null, got {str(seed)[:40]!r}")
     if options is not None and not isinstance(options, dict):
         raise HTTPError(422, f"options must be a JSON object or null, got {type(options).__name__}")
     return seed, options
@@ -58,20 +63,16 @@ def _action(body: dict[str, Any]) -> str:
     return action
 
 
-def _tasks(session: Session) -> list[dict[str, Any]]:
-    tasks = getattr(session.env.unwrapped, "tasks", None)
-    if tasks is None:
-        raise HTTPError(404, "this env has no task set")
-    return [{"id": t.id, "meta": {k: t.meta[k] for k in PUBLIC_META if k in t.meta}} for t in tasks]
-
-
 def build_app(server: EnvServer) -> FastAPI:
     """The FastAPI app serving ``server``'s sessions."""
     app = FastAPI(title=f"prm-serve {server.cfg.env_id}", lifespan=server.lifespan)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> Response:
-        return json_response({"error": exc.reason}, exc.status)
+        response = json_response({"error": exc.reason}, exc.status)
+        if exc.status in (408, 413):  # the body was not read to its end: free the connection now
+            response.headers["connection"] = "close"
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _route_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -85,46 +86,45 @@ def build_app(server: EnvServer) -> FastAPI:
         )
 
     @app.get("/tools")
-    async def tools() -> Response:
+    async def tools(request: Request) -> Response:
+        server.owner(request)
         return json_response({"tools": server.tools})
 
     @app.post("/sessions")
     async def create(request: Request) -> Response:
+        owner = server.owner(request)
         kwargs = server.session_kwargs(await server.body(request))
-        return json_response(await server.create(kwargs), 201)
+        return json_response(await server.create(kwargs, owner), 201)
 
     @app.post("/sessions/{sid}/reset")
     async def reset(sid: str, request: Request) -> Response:
-        seed, options = _reset_args(await server.body(request))
-        s = server.get(sid)
-        obs, info = await server.call(s, "reset", lambda: s.env.reset(seed=seed, options=options))
+        s = server.get(sid, server.owner(request))
+        obs, info = await server.call(s, "reset", _reset_args(await server.body(request)))
         return json_response({"observation": obs, "info": info})
 
     @app.post("/sessions/{sid}/step")
     async def step(sid: str, request: Request) -> Response:
+        s = server.get(sid, server.owner(request))
         action = _action(await server.body(request))
-        s = server.get(sid)
-        obs, reward, terminated, truncated, info = await server.call(s, "step", lambda: s.env.step(action))
+        obs, reward, terminated, truncated, info = await server.call(s, "step", action)
         out = {"observation": obs, "reward": reward, "terminated": terminated, "truncated": truncated}
         return json_response({**out, "info": info})
 
     @app.get("/sessions/{sid}/tasks")
-    async def tasks(sid: str) -> Response:
-        s = server.get(sid)
-        return json_response({"tasks": await server.call(s, "tasks", lambda: _tasks(s))})
+    async def tasks(sid: str, request: Request) -> Response:
+        s = server.get(sid, server.owner(request))
+        return json_response({"tasks": await server.call(s, "tasks")})
 
     @app.post("/sessions/{sid}/fork")
-    async def fork(sid: str) -> Response:
-        s = server.get(sid)
-        if not hasattr(s.env.unwrapped, "fork"):
-            raise HTTPError(404, f"{server.cfg.env_id} cannot be forked (no fork())")
-        server.check_capacity()
-        clone = await server.call(s, "fork", lambda: s.env.unwrapped.fork())  # type: ignore[attr-defined]
-        return json_response(server.add(clone, s.kwargs), 201)
+    async def fork(sid: str, request: Request) -> Response:
+        s = server.get(sid, server.owner(request))
+        return json_response(await server.fork(s), 201)
 
     @app.delete("/sessions/{sid}")
-    async def close(sid: str) -> Response:
-        s = server.get(sid)
+    async def close(sid: str, request: Request) -> Response:
+        s = server.get(sid, server.owner(request))
+        if s.lock.locked():  # a call is running (maybe hung): end its worker now, not at its deadline
+            await server.kill(s)
         async with s.lock:
             await server.close_session(s)
         return json_response({"closed": True})
@@ -138,6 +138,7 @@ def serve_in_thread(server: EnvServer, host: str = "127.0.0.1", port: int = 0) -
     (which closes every session's env)."""
     import uvicorn
 
+    auth.check_bind(host, server.cfg.token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

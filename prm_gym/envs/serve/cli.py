@@ -4,7 +4,10 @@ Examples::
 
     prm-serve --env prm/SQL-v0 --port 8000
     prm-serve --env prm/Math-v0 --env-kwargs '{"levels": [1, 2]}' --idle-timeout-s 120
-    prm-serve --imports weather_agent --env weather/Forecast-v0 --host 0.0.0.0
+    PRM_SERVE_TOKEN=$(cat token) prm-serve --imports weather_agent --env weather/Forecast-v0 --host 0.0.0.0
+
+Beyond loopback the server needs a token (``--token`` or ``$PRM_SERVE_TOKEN``) and refuses to
+start without one; clients send the same token (``RemoteEnv(token=...)`` or ``$PRM_SERVE_TOKEN``).
 
 Play it with :class:`prm_gym.envs.remote.RemoteEnv` (a ``gymnasium.Env``), ``train-agent
 --env-url http://host:8000``, or plain HTTP from any language (see docs/envs/remote.md).
@@ -19,7 +22,9 @@ import sys
 from collections.abc import Sequence
 
 from prm_gym.core.errors import ConfigError, PRMError
+from prm_gym.envs.serve import auth
 from prm_gym.envs.serve.app import build_app
+from prm_gym.envs.serve.limits import KwargBounds
 from prm_gym.envs.serve.sessions import DEFAULT_ALLOWED_KWARGS, EnvServer, ServerConfig
 
 
@@ -46,6 +51,21 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
         help="longer bodies get 413 (default: 1 MiB or room for the longest action)",
     )
     p.add_argument("--threads", type=int, default=64, help="env calls running at once")
+    p.add_argument(
+        "--token",
+        default=None,
+        help=f"shared secret clients must send (default: ${auth.TOKEN_ENV}); required beyond loopback",
+    )
+    p.add_argument(
+        "--call-timeout-s",
+        type=float,
+        default=60.0,
+        help="deadline of one env call; past it the session's worker process is killed (504)",
+    )
+    p.add_argument("--body-timeout-s", type=float, default=10.0, help="deadline for receiving a request body (408)")
+    p.add_argument(
+        "--max-num-tasks", type=int, default=KwargBounds.max_num_tasks, help="largest num_tasks a client may ask for"
+    )
     p.add_argument("--imports", action="append", default=[], help="a module to import first (third-party envs)")
     a = p.parse_args(argv)
     for module in a.imports:
@@ -60,7 +80,22 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     if not isinstance(kwargs, dict):
         raise ConfigError("--env-kwargs must be a JSON object such as '{\"levels\": [1]}'.")
     allow = frozenset(k.strip() for k in a.allow_kwargs.split(",") if k.strip())
-    cfg = ServerConfig(a.env, kwargs, allow, a.idle_timeout_s, a.max_sessions, a.max_body_bytes, a.threads)
+    token = auth.resolve_token(a.token)
+    auth.check_bind(a.host, token)
+    cfg = ServerConfig(
+        a.env,
+        kwargs,
+        allow,
+        a.idle_timeout_s,
+        a.max_sessions,
+        a.max_body_bytes,
+        a.threads,
+        token=token,
+        call_timeout_s=a.call_timeout_s,
+        body_timeout_s=a.body_timeout_s,
+        bounds=KwargBounds(max_num_tasks=a.max_num_tasks),
+        imports=tuple(a.imports),
+    )
     return cfg, a.host, a.port
 
 
@@ -74,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PRMError, TypeError) as exc:
         print(f"prm-serve: error: {exc}", file=sys.stderr)
         return 2
-    print(f"prm-serve: serving {cfg.env_id} on http://{host}:{port}", file=sys.stderr)
+    guard = "token required" if cfg.token else "no token: loopback only"
+    print(f"prm-serve: serving {cfg.env_id} on http://{host}:{port} ({guard})", file=sys.stderr)
     uvicorn.run(build_app(server), host=host, port=port, log_level="warning")
     return 0
 

@@ -2,22 +2,24 @@
 
 :class:`EnvServer` holds the sessions of one registered env and does the work behind every
 endpoint of :mod:`prm_gym.envs.serve.app`. A session's calls run one at a time (an
-``asyncio.Lock`` each) and env calls run in a thread pool, so a slow step never blocks another
-session. A session idle for ``idle_timeout_s`` is closed by a reaper that calls ``env.close()``
-(sandboxes and databases released). An exception out of ``reset``/``step``, other than the
-client's mistakes (an unknown task id: 400; stepping a finished episode: 409), answers 5xx with
-the reason and closes the session.
+``asyncio.Lock`` each). Its env lives in a worker process (:mod:`prm_gym.envs.serve.worker`,
+shared with the sessions forked from it), so no env code runs in the server's process: a call
+that does not answer within ``call_timeout_s`` gets its worker killed and 504, and the server,
+``/health`` and every other session go on. A session belongs to the client that created it
+(:mod:`prm_gym.envs.serve.auth`). A session idle for ``idle_timeout_s`` is closed by a reaper
+that calls ``env.close()`` (sandboxes and databases released). An exception out of
+``reset``/``step``, other than the client's mistakes (an unknown task id: 400; stepping a
+finished episode: 409), answers 5xx with the reason and closes the session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,22 +28,20 @@ import gymnasium as gym
 from fastapi import FastAPI, Request
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
-from prm_gym.core.errors import ConfigError, InfraError, TaskError
+from prm_gym.core.errors import ConfigError
+from prm_gym.envs.serve import auth
+from prm_gym.envs.serve.errors import HTTPError
+from prm_gym.envs.serve.limits import KwargBounds, parse_json_object, read_body
+from prm_gym.envs.serve.worker import EnvCallError, EnvWorker, WorkerDied, WorkerTimeout, preload
 
 #: Session keyword arguments a client may set unless ``--allow-kwargs`` says otherwise: they pick
 #: which generated tasks a session plays, or how its policy writes tool calls (``tool_format``),
 #: never a file, a URL or a sandbox setting.
 DEFAULT_ALLOWED_KWARGS = frozenset({"split", "levels", "num_tasks", "task_seed", "tool_format"})
-#: Task metadata the ``tasks`` endpoint shows (gold data never leaves the server).
-PUBLIC_META = ("level", "env")
+#: How long closing a session's env may take before its worker is killed.
+CLOSE_TIMEOUT_S = 10.0
 
-
-class HTTPError(Exception):
-    """Answered as ``{"error": reason}`` with ``status``."""
-
-    def __init__(self, status: int, reason: str):
-        super().__init__(reason)
-        self.status, self.reason = status, reason
+__all__ = ["DEFAULT_ALLOWED_KWARGS", "EnvServer", "HTTPError", "ServerConfig", "Session"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,14 @@ class ServerConfig:
         max_sessions: the most open sessions; creating one more answers 503.
         max_body_bytes: a longer request body answers 413 (None: 1 MiB, or more when the env's
             action space admits longer actions).
-        threads: env calls running at once (each in a worker thread).
+        threads: env calls running at once.
         reap_every_s: how often the reaper looks for idle sessions (default: a quarter of the timeout, at most 5 s).
+        token: the shared secret clients must send (None: none asked; only for loopback).
+        call_timeout_s: the deadline of one env call (making, reset, step, fork, tasks); past it the
+            session's worker process is killed and the call answers 504.
+        body_timeout_s: the deadline for receiving a request's whole body (408 past it).
+        bounds: the bounds on client-set env kwargs.
+        imports: modules the worker processes import first (third-party envs).
     """
 
     env_id: str
@@ -68,24 +74,31 @@ class ServerConfig:
     max_body_bytes: int | None = None
     threads: int = 64
     reap_every_s: float | None = None
+    token: str | None = None
+    call_timeout_s: float = 60.0
+    body_timeout_s: float = 10.0
+    bounds: KwargBounds = field(default_factory=KwargBounds)
+    imports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.env_id not in gym.registry:
             raise ConfigError(
                 f"--env {self.env_id!r} is not registered; pass --imports <module> for a third-party env."
             )
-        for name in ("idle_timeout_s", "max_sessions", "max_body_bytes", "threads"):
+        for name in ("idle_timeout_s", "max_sessions", "max_body_bytes", "threads", "call_timeout_s", "body_timeout_s"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}.")
 
 
 @dataclass
 class Session:
-    """One client's env, its lock, and when it was last used."""
+    """One client's env (a slot in a worker process), its owner, its lock, and when it was last used."""
 
     id: str
-    env: gym.Env[Any, Any]
+    worker: EnvWorker
+    slot: int
     kwargs: dict[str, Any]
+    owner: str
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -102,6 +115,7 @@ class EnvServer:
         self.sessions: dict[str, Session] = {}
         self.closed_by_reaper = 0
         self.creating = 0  # sessions being made (counted against max_sessions)
+        self.spec = gym.spec(cfg.env_id)
         probe = gym.make(cfg.env_id, **cfg.env_kwargs)
         try:
             self.tools = list(getattr(probe.unwrapped, "tool_schemas", []))
@@ -116,28 +130,29 @@ class EnvServer:
                 f"({max_action} characters); use at least {need}."
             )
         self.limiter = anyio.CapacityLimiter(cfg.threads)
+        preload(self.spec, cfg.imports)
+
+    # ----------------------------------------------------------------- access
+    def owner(self, request: Request) -> str:
+        """The caller's owner key; 401 without the server's token."""
+        if not auth.token_ok(request.headers.get("authorization"), self.cfg.token):
+            raise HTTPError(401, "missing or wrong token: send 'Authorization: Bearer <token>' (RemoteEnv(token=...))")
+        return auth.owner(self.cfg.token, request.headers.get(auth.CLIENT_HEADER))
+
+    def get(self, sid: str, owner: str) -> Session:
+        session = self.sessions.get(sid)
+        if session is None or not secrets.compare_digest(session.owner, owner):
+            raise HTTPError(404, f"no session {sid!r} (closed, expired after idling, or never created)")
+        session.last_used = time.monotonic()
+        return session
 
     # ----------------------------------------------------------------- sessions
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
-
-    def _describe(self, sid: str, env: gym.Env[Any, Any]) -> dict[str, Any]:
-        base = env.unwrapped
-        spec = getattr(base, "judge_spec", None)
-        return {
-            "session_id": sid,
-            "env": self.cfg.env_id,
-            "tools": list(getattr(base, "tool_schemas", [])),
-            "judge": str(spec) if spec is not None else "",
-            "reward_terms": list(getattr(base, "reward_terms", [])),
-            "max_action_chars": int(getattr(env.action_space, "max_length", 1 << 20)),
-            "max_observation_chars": int(getattr(env.observation_space, "max_length", 1 << 20)),
-        }
-
     def session_kwargs(self, body: dict[str, Any]) -> dict[str, Any]:
         env = body.get("env")
         if env is not None and env != self.cfg.env_id:
-            raise HTTPError(400, f"this server serves {self.cfg.env_id!r}, not {env!r}; start one with --env {env}")
+            raise HTTPError(
+                400, f"this server serves {self.cfg.env_id!r}, not {str(env)[:200]!r}; start one with --env {env}"
+            )
         kwargs = body.get("env_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise HTTPError(422, "env_kwargs must be a JSON object")
@@ -145,9 +160,10 @@ class EnvServer:
         if refused:
             raise HTTPError(
                 400,
-                f"env_kwargs {refused} may not be set by a client (allowed: {sorted(self.cfg.allow_kwargs)}); "
+                f"env_kwargs {refused[:20]} may not be set by a client (allowed: {sorted(self.cfg.allow_kwargs)}); "
                 "set them in the server's --env-kwargs, or start it with --allow-kwargs naming them",
             )
+        self.cfg.bounds.check(kwargs)
         return {**self.cfg.env_kwargs, **kwargs}
 
     def check_capacity(self) -> None:
@@ -155,58 +171,101 @@ class EnvServer:
         if len(self.sessions) + self.creating >= self.cfg.max_sessions:
             raise HTTPError(503, f"the server holds its --max-sessions limit ({self.cfg.max_sessions}); close sessions")
 
-    async def create(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A new session whose env is made with ``kwargs``; its description."""
+    def _add(
+        self, worker: EnvWorker, slot: int, kwargs: dict[str, Any], owner: str, desc: dict[str, Any]
+    ) -> dict[str, Any]:
+        sid = secrets.token_urlsafe(16)
+        worker.slots.add(slot)
+        self.sessions[sid] = Session(sid, worker, slot, kwargs, owner)
+        return {"session_id": sid, "env": self.cfg.env_id, **desc}
+
+    async def create(self, kwargs: dict[str, Any], owner: str) -> dict[str, Any]:
+        """A new session (in a new worker) whose env is made with ``kwargs``; its description."""
         self.check_capacity()
         self.creating += 1
         try:
-            env = await self._run(lambda: gym.make(self.cfg.env_id, **kwargs))
-        except (ConfigError, TaskError, TypeError) as exc:
-            raise HTTPError(400, f"env_kwargs rejected by {self.cfg.env_id}: {type(exc).__name__}: {exc}") from exc
-        except InfraError as exc:
-            raise HTTPError(503, f"{self.cfg.env_id} could not start: {type(exc).__name__}: {exc}") from exc
+            worker = await anyio.to_thread.run_sync(EnvWorker, self.spec, self.cfg.imports)
+            try:
+                desc = await self._call(worker, 0, "make", kwargs, "make")
+            except BaseException:
+                await anyio.to_thread.run_sync(worker.kill)
+                raise
         finally:
             self.creating -= 1
-        return self.add(env, kwargs)
+        return self._add(worker, 0, kwargs, owner, desc)
 
-    def add(self, env: gym.Env[Any, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Register ``env`` as a new session; its description."""
-        sid = secrets.token_urlsafe(16)
-        self.sessions[sid] = Session(sid, env, kwargs)
-        return self._describe(sid, env)
+    async def fork(self, session: Session) -> dict[str, Any]:
+        """A new session at ``session``'s turn boundary, in the same worker; its description."""
+        self.check_capacity()
+        slot = max(session.worker.slots) + 1
+        desc = await self.call(session, "fork", slot)
+        return self._add(session.worker, slot, session.kwargs, session.owner, desc)
 
-    def get(self, sid: str) -> Session:
-        session = self.sessions.get(sid)
-        if session is None:
-            raise HTTPError(404, f"no session {sid!r} (closed, expired after idling, or never created)")
-        session.last_used = time.monotonic()
-        return session
-
-    async def close_session(self, session: Session) -> None:
-        """Forget ``session`` and close its env (in a worker thread; errors only logged)."""
-        self.sessions.pop(session.id, None)
+    async def _call(self, worker: EnvWorker, slot: int, op: str, arg: Any, what: str) -> Any:
+        """One env call under the deadline; the env's failures as HTTP errors."""
         try:
-            await self._run(session.env.close)
-        except Exception as exc:  # closing must not take the server down
-            print(f"prm-serve: closing session {session.id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            async with self.limiter:
+                return await worker.call(slot, op, arg, self.cfg.call_timeout_s)
+        except WorkerTimeout as exc:
+            await self._drop_worker(worker)
+            raise HTTPError(504, f"{what}: {exc} (--call-timeout-s); its worker was killed, session closed") from exc
+        except WorkerDied as exc:
+            await self._drop_worker(worker)
+            raise HTTPError(503, f"{what}: {exc}; session closed") from exc
+        except EnvCallError as exc:
+            if exc.kind == "reset_needed":
+                raise HTTPError(409, f"{what}: {exc}") from exc
+            if exc.kind == "task":
+                raise HTTPError(400, f"{what}: {exc}") from exc
+            if op == "make" and exc.kind == "config":
+                raise HTTPError(400, f"env_kwargs rejected by {self.cfg.env_id}: {exc}") from exc
+            if op == "make":
+                status = 503 if exc.kind == "infra" else 500
+                raise HTTPError(status, f"{self.cfg.env_id} could not start: {exc}") from exc
+            raise  # the env crashed: the caller closes the session
 
-    async def call(self, session: Session, what: str, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` (the session's env call) under its lock; map failures to HTTP errors."""
+    async def call(self, session: Session, what: str, arg: Any = None) -> Any:
+        """Run the env call ``what`` on ``session`` under its lock; map failures to HTTP errors."""
         async with session.lock:
             if self.sessions.get(session.id) is not session:
                 raise HTTPError(404, f"no session {session.id!r} (closed while this call waited)")
             try:
-                return await self._run(fn)
-            except gym.error.ResetNeeded as exc:
-                raise HTTPError(409, f"{what}: {exc}") from exc
-            except TaskError as exc:
-                raise HTTPError(400, f"{what}: {exc}") from exc
-            except Exception as exc:  # the env crashed: the session cannot continue
+                return await self._call(session.worker, session.slot, what, arg, what)
+            except EnvCallError as exc:  # the env crashed: the session cannot continue
                 await self.close_session(session)
-                status = 503 if isinstance(exc, InfraError) else 500
-                raise HTTPError(status, f"{what} failed, session closed: {type(exc).__name__}: {exc}"[:2000]) from exc
+                status = 503 if exc.kind == "infra" else 500
+                raise HTTPError(status, f"{what} failed, session closed: {exc}"[:2000]) from exc
             finally:
                 session.last_used = time.monotonic()
+
+    async def kill(self, session: Session) -> None:
+        """End ``session``'s worker now (with the sessions forked alongside it): a running call fails 503."""
+        await self._drop_worker(session.worker)
+
+    async def _drop_worker(self, worker: EnvWorker) -> None:
+        """Forget every session of a killed or dead worker."""
+        for s in list(self.sessions.values()):
+            if s.worker is worker:
+                self.sessions.pop(s.id, None)
+        worker.slots.clear()
+        await anyio.to_thread.run_sync(worker.kill)
+
+    async def close_session(self, session: Session) -> None:
+        """Forget ``session`` and close its env (errors only logged); the worker ends with its last session."""
+        self.sessions.pop(session.id, None)
+        worker = session.worker
+        if session.slot not in worker.slots:
+            return
+        worker.slots.discard(session.slot)
+        try:
+            if not worker.slots:
+                await anyio.to_thread.run_sync(worker.stop, CLOSE_TIMEOUT_S)  # closes the env, then exits
+            elif worker.alive:
+                await worker.call(session.slot, "close", None, CLOSE_TIMEOUT_S)
+        except Exception as exc:  # closing must not take the server down
+            print(f"prm-serve: closing session {session.id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            if isinstance(exc, WorkerTimeout):
+                await self._drop_worker(worker)
 
     async def reap(self) -> int:
         """Close every session idle past the timeout and not in a call; the number closed."""
@@ -239,24 +298,6 @@ class EnvServer:
 
     # ----------------------------------------------------------------- HTTP
     async def body(self, request: Request) -> dict[str, Any]:
-        """The request's JSON object; 413 past the size limit, 400 when not UTF-8 JSON."""
-        limit = self.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise HTTPError(413, f"request body of {declared} bytes exceeds the limit of {limit} (--max-body-bytes)")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise HTTPError(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        try:
-            value = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-        except UnicodeDecodeError as exc:
-            raise HTTPError(400, f"the body is not UTF-8 ({exc}); send UTF-8 JSON") from exc
-        except json.JSONDecodeError as exc:
-            raise HTTPError(400, f"the body is not JSON ({exc})") from exc
-        if not isinstance(value, dict):
-            raise HTTPError(422, "the body must be a JSON object")
-        return value
+        """The request's JSON object: 413 past the size limit, 408 past the body-read deadline,
+        400 when it is not UTF-8 JSON within the nesting bound."""
+        return parse_json_object(await read_body(request, self.max_body_bytes, self.cfg.body_timeout_s))

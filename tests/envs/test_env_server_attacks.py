@@ -1,0 +1,201 @@
+"""prm-serve under attack, for real: uvicorn on 127.0.0.1, raw sockets and httpx.
+
+Each test failed on the server before issue #32: no token, sessions open to anyone knowing an
+id, unbounded ``num_tasks`` (3,000,000 tasks: >100 s and 2 GB), 500 on deep JSON and huge ints,
+no body-read deadline, and env calls in the server's own threads (a hung call froze everything).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from prm_gym.core.errors import ConfigError
+from prm_gym.envs.remote import RemoteEnv, RemoteEnvError
+from tests.envs.flaky_env import FlakyEnv  # noqa: F401  (registers test/Flaky-v0)
+
+pytest.importorskip("fastapi", reason="the env server needs the serve extra (fastapi, uvicorn)")
+
+from prm_gym.envs.serve.app import serve_in_thread
+from prm_gym.envs.serve.cli import main, parse_args
+from prm_gym.envs.serve.sessions import EnvServer, ServerConfig
+
+pytestmark = pytest.mark.xdist_group("env_server")
+
+TOKEN = "s3cret-token-of-32-characters-xx"
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[str]:
+    cfg = ServerConfig("test/Flaky-v0", token=TOKEN, call_timeout_s=2.0, body_timeout_s=1.0)
+    with serve_in_thread(EnvServer(cfg)) as url:
+        yield url
+
+
+def _auth(client: str = "a") -> dict[str, str]:
+    return {"authorization": f"Bearer {TOKEN}", "x-prm-client": client}
+
+
+def test_a_token_is_required_and_compared(guarded: str) -> None:
+    assert httpx.get(guarded + "/health").json()["status"] == "ok"  # health needs no token
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {TOKEN}"}):
+        r = httpx.post(guarded + "/sessions", json={}, headers=headers)
+        assert r.status_code == 401 and "token" in r.json()["error"]
+        assert httpx.get(guarded + "/tools", headers=headers).status_code == 401
+    with pytest.raises(RemoteEnvError, match="401"):
+        RemoteEnv(guarded, token="not-the-token-at-all")
+    env = RemoteEnv(guarded, token=TOKEN)
+    assert env.reset(seed=0)[0]
+    env.close()
+
+
+def test_the_client_reads_the_token_from_the_environment(guarded: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRM_SERVE_TOKEN", TOKEN)
+    env = RemoteEnv(guarded)
+    assert env.step  # made a session: the token went with it
+    env.reset(seed=0)
+    clone = env.fork()  # a fork belongs to the same client
+    assert clone.step("<answer>0</answer>")[4]["reward_status"] == "ok"
+    clone.close()
+    env.close()
+
+
+def test_refuses_to_serve_beyond_loopback_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PRM_SERVE_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="token"):
+        parse_args(["--env", "test/Flaky-v0", "--host", "0.0.0.0"])
+    assert main(["--env", "test/Flaky-v0", "--host", "0.0.0.0"]) == 2
+    with pytest.raises(ConfigError, match="at least 16"):
+        parse_args(["--env", "test/Flaky-v0", "--host", "0.0.0.0", "--token", "short"])
+    cfg, host, _ = parse_args(["--env", "test/Flaky-v0", "--host", "0.0.0.0", "--token", TOKEN])
+    assert cfg.token == TOKEN and host == "0.0.0.0"
+    monkeypatch.setenv("PRM_SERVE_TOKEN", TOKEN)
+    assert parse_args(["--env", "test/Flaky-v0", "--host", "10.1.2.3"])[0].token == TOKEN
+    with (
+        pytest.raises(ConfigError, match="token"),
+        serve_in_thread(EnvServer(ServerConfig("test/Flaky-v0")), "0.0.0.0"),
+    ):
+        pass
+
+
+def test_a_session_answers_only_the_client_that_made_it(guarded: str) -> None:
+    sid = httpx.post(guarded + "/sessions", json={}, headers=_auth("alice")).json()["session_id"]
+    for path in ("reset", "step", "tasks", "fork"):
+        method = "GET" if path == "tasks" else "POST"
+        r = httpx.request(method, f"{guarded}/sessions/{sid}/{path}", json={"action": "x"}, headers=_auth("mallory"))
+        assert r.status_code == 404, (path, r.text)
+    assert httpx.delete(f"{guarded}/sessions/{sid}", headers=_auth("mallory")).status_code == 404
+    assert httpx.post(f"{guarded}/sessions/{sid}/reset", json={"seed": 0}, headers=_auth("alice")).status_code == 200
+    assert httpx.delete(f"{guarded}/sessions/{sid}", headers=_auth("alice")).json() == {"closed": True}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ({"num_tasks": 3_000_000}, "bound 10000"),
+        ({"num_tasks": 10**5000 // 10**4900}, "bound 10000"),
+        ({"task_seed": 2**70}, "bound"),
+        ({"levels": list(range(1000))}, "1000 items"),
+        ({"levels": [[[[1]]]]}, "nests deeper"),
+        ({"split": "x" * 10_000}, "10000 characters"),
+    ],
+)
+def test_client_kwargs_are_bounded(guarded: str, kwargs: dict[str, object], reason: str) -> None:
+    allow = {"env_kwargs": kwargs}
+    start = time.monotonic()
+    r = httpx.post(guarded + "/sessions", json=allow, headers=_auth())
+    assert r.status_code == 400 and reason in r.json()["error"], r.text
+    assert time.monotonic() - start < 1.0  # refused before any env is made
+
+
+def test_malformed_bodies_get_4xx_never_500(guarded: str) -> None:
+    sid = httpx.post(guarded + "/sessions", json={}, headers=_auth()).json()["session_id"]
+    reset = f"{guarded}/sessions/{sid}/reset"
+    deep = b'{"seed": 0, "options": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    cases = [
+        (deep, 400, "nests deeper"),
+        (b'{"seed": ' + b"7" * 5000 + b"}", 400, "refuses"),  # past Python's 4300-digit limit
+        (b'{"seed": ' + b"7" * 4000 + b"}", 422, "seed"),  # parsed, then bounded
+        (b'{"seed": 0, "options": ' + b"[" * 40 + b"]" * 40 + b"}", 400, "nests deeper"),
+        (b'{"seed": NaN}', 422, "seed"),
+        (b'{"seed": 1e999}', 422, "seed"),
+    ]
+    for body, status, reason in cases:
+        r = httpx.post(reset, content=body, headers=_auth())
+        assert r.status_code == status and reason in r.json()["error"], (body[:30], r.text)
+    r = httpx.post(
+        guarded + "/sessions", content=b'{"env_kwargs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", headers=_auth()
+    )
+    assert r.status_code == 400
+    assert httpx.post(reset, json={"seed": 0}, headers=_auth()).status_code == 200  # the session lived on
+
+
+def test_half_sent_bodies_time_out_and_free_their_connections(guarded: str) -> None:
+    port = int(guarded.rsplit(":", 1)[1])
+    head = (
+        f"POST /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    ).encode()
+    socks = []
+    for _ in range(50):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(head)  # and never the rest
+        socks.append(s)
+    start = time.monotonic()
+    assert httpx.get(guarded + "/health", timeout=2).status_code == 200  # the server answers meanwhile
+    answers = []
+    for s in socks:
+        s.settimeout(5)
+        data = b""
+        while chunk := s.recv(65536):  # the server answers 408, then closes the connection
+            data += chunk
+        answers.append(data)
+        s.close()
+    elapsed = time.monotonic() - start
+    print(f"\n50 half-sent bodies: all answered 408 and closed after {elapsed:.2f}s (--body-timeout-s 1)")
+    assert all(a.startswith(b"HTTP/1.1 408") and b"--body-timeout-s" in a for a in answers)
+    assert elapsed < 3.0
+
+
+@pytest.mark.parametrize("action", ["hang", "spin"])  # sleeps forever; holds the GIL forever
+def test_a_hung_env_call_is_killed_at_its_deadline_and_freezes_nothing(guarded: str, action: str) -> None:
+    stuck, other = RemoteEnv(guarded, token=TOKEN), RemoteEnv(guarded, token=TOKEN)
+    stuck.reset(seed=0)
+    other.reset(seed=0)
+    with ThreadPoolExecutor(1) as pool:
+        start = time.monotonic()
+        pending = pool.submit(stuck.step, action)
+        time.sleep(0.3)
+        t = time.monotonic()
+        assert httpx.get(guarded + "/health", timeout=1).json()["status"] == "ok"
+        assert other.step("<answer>0</answer>")[4]["reward_status"] == "ok"
+        others_s = time.monotonic() - t
+        _, reward, _, truncated, info = pending.result()
+        elapsed = time.monotonic() - start
+    print(f"\n{action}: /health and another session answered in {others_s:.2f}s; the call ended after {elapsed:.2f}s")
+    assert others_s < 1.0 and not pending.cancelled()
+    assert info["reward_status"] == "infra_error" and truncated and reward == 0.0
+    assert "504" in info["remote"]["error"] and "--call-timeout-s" in info["remote"]["error"]
+    assert 1.9 < elapsed < 3.5  # call_timeout_s=2
+    stuck.close()
+    other.close()
+
+
+def test_deleting_a_hung_session_kills_it_at_once(guarded: str) -> None:
+    sid = httpx.post(guarded + "/sessions", json={}, headers=_auth()).json()["session_id"]
+    httpx.post(f"{guarded}/sessions/{sid}/reset", json={"seed": 0}, headers=_auth())
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            httpx.post, f"{guarded}/sessions/{sid}/step", json={"action": "hang"}, headers=_auth(), timeout=10
+        )
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert httpx.delete(f"{guarded}/sessions/{sid}", headers=_auth()).json() == {"closed": True}
+        r = pending.result()
+        elapsed = time.monotonic() - start
+    assert r.status_code == 503 and elapsed < 1.5  # not at the 2 s deadline
