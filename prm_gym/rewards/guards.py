@@ -31,6 +31,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.rewards.injection import is_injection
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -91,8 +92,7 @@ ASSESSMENT_STEMS: tuple[str, ...] = (
 ASSESSMENT_CJK: tuple[str, ...] = ("完全正确", "正确", "无误", "没有错误", "没错", "对的", "肯定", "验证", "正しい")
 #: Words that only make sense when addressing whoever grades the answer.
 _GRADER_RE = re.compile(
-    r"(?i)\b(grader|graders|judge|judges|evaluator|evaluators|marker|examiner|reviewer|assessor)\b"
-    r"|\b(full|maximum|max|top|perfect|highest|high)\s+(marks?|score|points|credit|rating|grade)\b"
+    r"(?i)\b(full|maximum|max|top|perfect|highest|high)\s+(marks?|score|points|credit|rating|grade)\b"
     r"|\b(rate|rating|grade|score|mark|give|award|deserves?)\b[^.\n]{0,40}?\b\d+(\.\d+)?\s*/\s*(5|10|100)\b"
     r"|\b(give|award|assign)\s+(this|it|me|my\s+\w+)\s+(a\s+)?(\d+|full|maximum|top|perfect|high)"
     r"|\bignore\s+(all\s+|any\s+)?(previous|prior|above|earlier|the)\s+(instructions?|rubric|rules)"
@@ -115,6 +115,7 @@ _MARKUP_RE = re.compile(
     r"|^\s*(#+\s*)?(system|judge|grader|evaluator|environment|observation|tool output|tool result|"
     r"assistant|user|human)\s*:"
 )
+_CODE_RE = re.compile(r"<tool_call>.*?</tool_call>|```.*?```", re.S)
 _TAG_RE = re.compile(r"</?[A-Za-z_][A-Za-z0-9_]*>")
 _STEP_NUM_RE = re.compile(r"(?i)\b(step|part|paso|schritt|étape|шаг)\s*\d+\b")
 _WORD_RE = re.compile(r"[^\W_]+(?:['-][^\W_]+)*", re.UNICODE)
@@ -133,6 +134,8 @@ class GuardConfig:
         max_chars: longer responses are "over-long".
         openers: reject reasoning-free responses (only filler words).
         markup: reject imitations of the env's, a chat template's or a verdict's markup.
+        injection: reject text that addresses the grader about the score, in any of a dozen
+            languages (:mod:`prm_gym.rewards.injection`).
         self_grading: reject unsupported claims of correctness and text addressing the grader.
         restatement: reject responses whose words all come from the question.
         foreign_script: reject short responses in another script than the question.
@@ -142,6 +145,7 @@ class GuardConfig:
     max_chars: int = 8000
     openers: bool = True
     markup: bool = True
+    injection: bool = True
     self_grading: bool = True
     restatement: bool = True
     foreign_script: bool = True
@@ -203,11 +207,15 @@ _WEAK = _wordset("no nothing all can be has have been am very es est ist это 
 
 
 def is_self_grading(text: str) -> bool:
-    """True when ``text`` addresses the grader or has a clause that only asserts it is right."""
+    """True when ``text`` addresses the grader or has a clause that only asserts it is right.
+    Clauses that show working (an ``=``) and tool calls (queries, code) are not read for
+    phrases that address the grader (``45 out of 50 = 90%`` is arithmetic)."""
     norm = _normalise(text)
-    if _GRADER_RE.search(norm):
+    clauses = [c for c in _SENTENCE_RE.split(norm) if c and c.strip()]
+    prose = _normalise(_CODE_RE.sub(" ", text))
+    if any(_GRADER_RE.search(c) for c in _SENTENCE_RE.split(prose) if c and "=" not in c):
         return True
-    return any(_unsupported_claim(c) for c in _SENTENCE_RE.split(norm) if c and c.strip())
+    return any(_unsupported_claim(c) for c in clauses)
 
 
 def _script(text: str) -> str | None:
@@ -238,7 +246,7 @@ def check(text: str, question: str = "", config: GuardConfig | None = None) -> s
         config: thresholds and switches; defaults to :class:`GuardConfig`.
 
     Returns:
-        ``"over_long"``, ``"empty"``, ``"punctuation"``, ``"markup"``, ``"self_grading"``,
+        ``"over_long"``, ``"empty"``, ``"punctuation"``, ``"markup"``, ``"injection"``, ``"self_grading"``,
         ``"opener"``, ``"restatement"`` or ``"foreign_script"``; None when no guard trips.
     """
     cfg = config or GuardConfig()
@@ -253,6 +261,8 @@ def check(text: str, question: str = "", config: GuardConfig | None = None) -> s
         return "punctuation"
     if len(content) < cfg.min_content_chars:
         return "empty"
+    if cfg.injection and is_injection(text):
+        return "injection"
     if cfg.self_grading and is_self_grading(text):
         return "self_grading"
     if cfg.openers and is_reasoning_free(text):

@@ -3,8 +3,10 @@
 :func:`clean` turns a submitted or gold answer into the LaTeX a grader compares: the last
 ``\\boxed{}`` taken out, math delimiters, bold markers, ``\\text{}``, ``\\$``, degree and percent
 signs, a trailing ``\\text{ unit}`` and a trailing period dropped, ``\\dfrac``/``\\tfrac`` read as
-``\\frac``, and thousands separators (``10,\\!080``, a thin or non-breaking space) joined.
-An ASCII space between two digits is kept: ``1 8`` is two numbers, never 18.
+``\\frac``, and thousands separators (``10,\\!080``, ``11,\\! 111,\\! 100``, a thin or
+non-breaking space) joined. An ASCII space between two digits is kept: ``1 8`` is two numbers,
+never 18. A submitted answer's ``\\text{...}`` after the number is dropped only when it is a unit
+(:mod:`prm_gym.rewards.math_units`); a gold answer's always is.
 
 :func:`number` reads a cleaned answer as an exact :class:`~fractions.Fraction` when it is one
 number (an integer, decimal, ``a/b``, ``\\frac{a}{b}``, a mixed number ``137 \\frac{1}{2}``,
@@ -19,6 +21,8 @@ import re
 import unicodedata
 from fractions import Fraction
 
+from prm_gym.rewards.math_units import is_unit_phrase
+
 _SPACE_MACROS = r"\\,|\\;|\\:|\\ |~|\\quad|\\qquad|\\enspace|\\thinspace"
 _SOFT_SPACES = "\u2009\u202f\u00a0\u2007\u2008\u200a"
 _THOUSANDS_GAP = re.compile(rf"(?<=\d)(?:{_SPACE_MACROS}|[{_SOFT_SPACES}]|\{{,\}})(?=\d{{3}}(?!\d))")
@@ -32,12 +36,10 @@ _WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mbox", "
 _WRAPPED = re.compile(rf"\\(?:{'|'.join(_WRAPPERS)})\s*\{{([^{{}}]*)\}}")
 _UNIT_TEXT = r"\{\s*[A-Za-z][A-Za-z .^\d/]*\}(?:\s*\^\s*\{?\d+\}?)?"  # {cm}, { square feet}, {cm}^2
 _TRAILING_UNIT = re.compile(rf"\s*\\(?:{'|'.join(_WRAPPERS)})\s*{_UNIT_TEXT}\s*$")
-_UNIT_WORDS = re.compile(r"(.*?\d\}?)\s+([A-Za-z][A-Za-z.]+(?:\s+[A-Za-z][A-Za-z.]*){0,3})")
-#: Words after a number that are mathematics or scale, never a unit.
-_NOT_UNITS = frozenset(
-    {"hundred", "thousand", "million", "billion", "trillion", "times", "plus", "minus", "over", "divided", "and", "or"}
-    | {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "mod", "deg", "rad", "dx", "dy"}
-)
+_UNIT_WORDS = re.compile(r"(.*?\d\}?)\s+([A-Za-z][A-Za-z./]+(?:\s+[A-Za-z][A-Za-z./]*){0,3})")
+_INNER_DOLLAR = re.compile(r"(?<!\\)\$")
+#: MATH's thousands separator with a space after it (``11,\! 111``): the space goes too.
+_COMMA_BANG_GAP = re.compile(r"(?<=\d),\\!\s+(?=\d{3}(?!\d))")
 _LOOSE_DIGITS = re.compile(r"\d\s+\.?\d")
 _DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "^{\\circ}", "^\\circ", "\\circ", "°", "\\%", "%", "\\$")
 
@@ -89,8 +91,20 @@ def _strip_markup(text: str) -> str:
     return text
 
 
-def clean(text: str) -> str:
-    """``text`` as the LaTeX a MATH grader compares (see the module docstring)."""
+def _drop_trailing_unit(text: str, any_words: bool) -> str:
+    """``text`` without its trailing ``\\text{ unit}`` (any words when ``any_words``, else units only)."""
+    m = _TRAILING_UNIT.search(text)
+    if m is None or m.start() == 0:  # no unit, or nothing but the \text{} itself
+        return text
+    inner = _WRAPPED.search(m.group(0))
+    if not any_words and not (inner and is_unit_phrase(inner.group(1))):
+        return text
+    return text[: m.start()]
+
+
+def clean(text: str, any_unit: bool = False) -> str:
+    """``text`` as the LaTeX a MATH grader compares (see the module docstring). ``any_unit``: drop
+    any trailing ``\\text{words}`` (for gold answers), not only a unit."""
     if not text.isascii():  # thousands gaps before NFKC, which turns a thin space into a plain one
         text = unicodedata.normalize("NFKC", _THOUSANDS_GAP.sub("", text).replace("\u2212", "-"))
     boxed = last_boxed(text)
@@ -98,13 +112,14 @@ def clean(text: str) -> str:
     if len(text) > MAX_CLEAN_CHARS:  # no answer is this long: left as it is (and too long for sympy)
         return text.strip()
     text = _strip_markup(text)
+    text = _COMMA_BANG_GAP.sub(",\\!", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\n", " ")
     for token in _DROP:
         text = text.replace(token, "")
     text = _THOUSANDS_GAP.sub("", text)
     if (text.startswith("$") and text[1:2].isdigit()) or text.startswith("-$"):
         text = text.replace("$", "", 1)
-    text = _TRAILING_UNIT.sub("", text) if not _TRAILING_UNIT.fullmatch(text) else text
+    text = _drop_trailing_unit(text, any_unit)
     text = _WRAPPED.sub(lambda m: m.group(1), text)
     text = re.sub(rf"(?:{_SPACE_MACROS})", " ", text)
     return " ".join(text.split())
@@ -137,14 +152,22 @@ def number(text: str) -> Fraction | None:
     return None
 
 
+def trailing_words(text: str) -> tuple[str, str] | None:
+    """``(number, words)`` when ``text`` (cleaned; inner ``$`` delimiters ignored) ends in words
+    after something ending in a digit (``18 dollars``, ``$\\frac{15}{7}$ squared``), else None."""
+    m = _UNIT_WORDS.fullmatch(_INNER_DOLLAR.sub("", text).strip())
+    return (m.group(1), m.group(2)) if m else None
+
+
 def unit_number(text: str) -> Fraction | None:
-    """The number in ``text`` (cleaned) when it is one number followed by unit words (``18 dollars``,
-    ``3.5 square feet``): words of two or more letters, none of them mathematics (``2 pi``, ``3 x``
-    and ``5 sin`` are not units). Used only against a gold answer that is a number."""
-    m = _UNIT_WORDS.fullmatch(text)
-    if m is None or any(w.lower().rstrip(".") in _NOT_UNITS for w in m.group(2).split()):
+    """The number in ``text`` (cleaned) when it is one number followed by a unit phrase
+    (``18 dollars``, ``3.5 square feet``, ``40 km/h``; :func:`~prm_gym.rewards.math_units.is_unit_phrase`):
+    never a word that changes or denies the value (``15/7 squared``, ``18 halves``,
+    ``15/7 is not correct``). Used only against a gold answer that is a number."""
+    split = trailing_words(text)
+    if split is None or not is_unit_phrase(split[1]):
         return None
-    return number(m.group(1))
+    return number(split[0].strip())
 
 
 def loose_digits(text: str) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 from prm_gym.core.errors import ConfigError
 from prm_gym.rewards import math_norm, math_worker
+from prm_gym.rewards.math_units import is_unit_phrase
 from prm_gym.rewards.protocol import TurnJudge
 from prm_gym.rewards.types import Turn, Verdict
 
@@ -75,7 +76,13 @@ def _plain_number(text: str) -> Fraction | int | str | None:
 
 #: Gold answers repeat every episode of a task: parsed and cleaned once (submitted answers are not cached).
 _gold_number = lru_cache(maxsize=65_536)(_plain_number)
-_gold_clean = lru_cache(maxsize=65_536)(math_norm.clean)
+_gold_clean = lru_cache(maxsize=65_536)(lambda gold: math_norm.clean(gold, any_unit=True))
+
+
+def _foreign_digits(text: str) -> bool:
+    """True when ``text`` has a decimal digit other than ASCII 0-9 (Arabic-Indic ``١٨``,
+    full-width ``１８``): the official MATH and PRM800K scorers do not read them as numbers."""
+    return not text.isascii() and any(ch.isdecimal() and not "0" <= ch <= "9" for ch in text)
 
 
 def _too_complex(text: str) -> str | None:
@@ -97,7 +104,8 @@ def _too_complex(text: str) -> str | None:
 def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, str]:
     """Whether ``answer`` equals ``gold``, and why.
 
-    In order: plain numbers compare exactly as fractions; both sides are cleaned
+    An answer written with digits other than ASCII 0-9 is wrong, as in the official scorers. In
+    order: plain numbers compare exactly as fractions; both sides are cleaned
     (:func:`prm_gym.rewards.math_norm.clean`) and compared as exact numbers, then by the MATH
     grader's normalised string; only what is left goes to math-verify, in a child process killed
     at ``timeout_s`` (:mod:`prm_gym.rewards.math_worker`), with math delimiters around both sides.
@@ -107,12 +115,17 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
     Raises:
         JudgeError: the checking process could not be started (infrastructure).
     """
+    if _foreign_digits(answer) and not _foreign_digits(gold):
+        return False, "digits other than ASCII 0-9 (the official scorers do not read them)"
     g, a = _gold_number(gold), _plain_number(answer)
     if g is not None and a is not None:
         return g == a, "exact number"
     gc, ac = _gold_clean(gold), math_norm.clean(answer)
     gn, an = math_norm.number(gc), math_norm.number(ac)
     if gn is not None and an is None:  # a number asked for: one number with unit words counts
+        split = math_norm.trailing_words(ac)
+        if split is not None and not is_unit_phrase(split[1]):  # 15/7 squared, 18 halves, 18 is wrong
+            return False, f"words after the number that are not a unit: {split[1][:40]!r}"
         an = math_norm.unit_number(ac)
     if gn is not None and an is not None:
         return gn == an, "exact number"
@@ -209,7 +222,7 @@ class MathEquivJudge(_RuleJudge):
         answer, gold = turn.parsed.answer, turn.task.answer
         if answer is None:
             return _NO_ANSWER
-        if isinstance(gold, str) and gold.isdecimal() and answer.isdecimal():  # the usual case: digits alone
+        if isinstance(gold, str) and gold.isdecimal() and answer.isdecimal() and answer.isascii():  # the usual case
             return _MATCH[_gold_number(gold) == _integer(answer)]
         why = "no gold answer"
         for g in gold_answers(gold):

@@ -104,7 +104,11 @@ TABLE = [
     ("18", "1.8 \\times 10^{1}", True),
     # units, text, currency, degrees, percent, a trailing period
     ("18", "18 dollars", True),
-    ("18", "18 apples", True),
+    ("18", "18 km/h", True),
+    ("40", "40 km per hour", True),
+    ("18", "$18$ dollars", True),
+    ("11111111100", "11,\\! 111,\\! 111,\\! 100", True),  # MATH's separator with a space
+    ("11,\\! 111,\\! 111,\\! 100", "11111111100", True),
     ("18", "\\text{18}", True),
     ("18", "\\$18", True),
     ("18", "$18", True),
@@ -138,6 +142,21 @@ TABLE = [
     ("3y", "3 y", True),
     ("18", "3.5 square feet", False),
     ("3.5", "3.5 square feet", True),
+    # words after a number that change or deny it, or count things (issue 32): not a unit
+    ("15/7", "15/7 squared", False),
+    ("15/7", "15/7 is not correct", False),
+    ("15/7", "15/7 dozen", False),
+    ("18", "18 halves", False),
+    ("18", "18 apples", False),
+    ("18", "18 square", False),
+    ("18", "$18$ is not correct", False),
+    ("15/7", "$\\frac{15}{7}$ squared", False),
+    ("15/7", "15/7\\text{ dozen}", False),
+    ("18", "18 hundred", False),
+    # digits the official scorers do not read (issue 32: rejected, as they do)
+    ("18", "\u0661\u0668", False),  # Arabic-Indic
+    ("18", "\uff11\uff18", False),  # full-width
+    ("18", "\u06f1\u06f8", False),  # extended Arabic-Indic (Persian)
     ("5", "1e999999999", False),  # no 10**999999999 computed in-process
     ("1000", "1e3", True),
 ]
@@ -150,9 +169,10 @@ def test_fidelity_table(gold: str, answer: str, expected: bool) -> None:
 
 def test_every_answer_the_math_grader_accepts_is_accepted() -> None:
     """Where the reference grader says equal, so do we, except two numbers it joins by dropping a space."""
+    deliberate = {("15/7", "15/7\\text{ dozen}")}  # it drops any \text{ ...} after the answer; a unit only here
     accepted = [(g, a) for g, a, _ in TABLE if ref_is_equiv(g, a) and not re.search(r"\d\s+\d", a)]
     assert len(accepted) >= 15
-    assert [(g, a) for g, a in accepted if not math_equal(g, a)] == []
+    assert [(g, a) for g, a in accepted if not math_equal(g, a)] == sorted(deliberate)
     assert ref_is_equiv("18", "1 8") and not math_equal("18", "1 8")  # strict where the grader is lenient
 
 
@@ -302,3 +322,41 @@ def test_spacing_the_grader_ignores_never_changes_the_verdict() -> None:
         if ref_is_equiv(gold, answer) and not math_equal(gold, answer, timeout_s=2.0):
             rejected.append((gold, answer))
     assert rejected == []
+
+
+@pytest.mark.parametrize(
+    "answer", ["\uff11\uff18", "\u0661\u0668", "\u0967\u096e"]
+)  # full-width, Arabic-Indic, Devanagari
+def test_the_judge_rejects_digits_the_official_scorers_do_not_read(answer: str) -> None:
+    """The judge's digits-only fast path read them with int(); now they score 0, with the reason."""
+    verdict = MathEquivJudge().score_one(
+        Turn(Task("t", "q", "18"), 0, "", parse_action(f"<answer>{answer}</answer>"), (), (), True)
+    )
+    assert verdict.score == 0.0 and "ASCII" in verdict.detail
+
+
+@pytest.mark.parametrize(
+    ("words", "unit"),
+    [
+        ("dollars", True),
+        ("square feet", True),
+        ("km/h", True),
+        ("m/s", True),
+        ("miles per hour", True),
+        ("degrees Celsius", True),
+        ("cm", True),
+        ("square", False),  # a qualifier never ends the phrase: "18 square" may mean squared
+        ("km per", False),
+        ("squared", False),
+        ("dozen", False),
+        ("halves", False),
+        ("is not correct", False),
+        ("apples", False),
+        ("s", False),  # a single letter is a variable unless after a slash
+        ("hundred", False),
+    ],
+)
+def test_unit_phrases_are_units_of_measure_or_currency_only(words: str, unit: bool) -> None:
+    from prm_gym.rewards.math_units import is_unit_phrase
+
+    assert is_unit_phrase(words) is unit
