@@ -77,7 +77,7 @@ class PRMEnvironment:
     """
 
     _env_id: str = ""
-    _env_kwargs: Mapping[str, Any] = {}  # noqa: RUF012
+    _env_kwargs: Mapping[str, Any] = {}
 
     def __init__(self) -> None:
         kwargs = {"tool_format": "hermes", **self._env_kwargs}

@@ -17,7 +17,11 @@ from prm_gym.envs.trl_env import TRLEnv, tool_chat_tokenizer
 
 
 def _tool_message(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}],
+    }
 
 
 def test_tools_become_methods_with_the_env_schemas() -> None:
@@ -63,7 +67,7 @@ def test_rewards_are_the_env_terms_summed_over_the_episode() -> None:
     }
     assert got == {f"prm_{t}": [pytest.approx(v)] for t, v in want.items()}
     assert want["outcome"] == 1.0 and logged == {"prm/turns": 2.0, "prm/infra_errors": 0.0}
-    assert instance.calculator(expression="1") .startswith("The episode is over")
+    assert instance.calculator(expression="1").startswith("The episode is over")
 
 
 def test_a_completion_ending_in_a_tool_call_is_not_stepped_again() -> None:
@@ -112,6 +116,7 @@ def test_real_grpo_trainer_runs_on_a_prm_env_with_the_tiny_model(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # loading the GGUF and 2 steps of generation on 2 shared CPU cores
 def test_real_two_step_grpo_run_on_smollm2(tmp_path: Path) -> None:
     from trl import GRPOTrainer
 
