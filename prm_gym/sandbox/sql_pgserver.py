@@ -1,6 +1,9 @@
 """A throwaway PostgreSQL server for the SQL env: ``initdb`` into a temporary folder, started
 with ``pg_ctl`` on a unix socket in that folder, stopped and removed on :meth:`PostgresServer.stop`
-(and at interpreter exit).
+(and at interpreter exit). The folder is a :class:`~prm_gym.sandbox.lifetime.Lease`: if the owning
+process dies without stopping it (SIGTERM, SIGKILL, a crash), a watchdog stops the server and
+removes the folder within seconds, and the next server started reaps any folder an earlier owner
+left behind.
 
 The server uses Debian's PostgreSQL binaries (``apt-get install postgresql``; ``make setup``
 installs them where apt exists), found on ``PATH`` or under ``/usr/lib/postgresql/<version>/bin``,
@@ -17,13 +20,14 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.sandbox.lifetime import Lease
 from prm_gym.sandbox.sql_db import DatabaseError
 
 INSTALL_HINT = (
@@ -94,8 +98,11 @@ class PostgresServer:
         self.user = _server_user()
         if self.user is not None and shutil.which("runuser") is None:
             raise ConfigError("running as root, starting PostgreSQL needs runuser (util-linux); install it.")
-        self.root = Path(tempfile.mkdtemp(prefix="prm-pg-"))
+        self.lease = Lease("prm-pg-")
+        self.root = self.lease.root
         self.data = self.root / "data"
+        # SIGINT is PostgreSQL's fast shutdown: it ends the backends and removes the socket.
+        self.lease.track(pidfile=self.data / "postmaster.pid", sig=signal.SIGINT)
         self.admin_dsn = f"host={self.root} port={PORT} dbname=postgres user=postgres"
         self._lock = threading.Lock()
         self._stopped = False
@@ -173,7 +180,7 @@ class PostgresServer:
         self._remove()
 
     def _remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.lease.release()
 
     def __enter__(self) -> PostgresServer:
         return self
