@@ -24,7 +24,9 @@ from prm_gym.training.config import TrainConfig
 
 def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     """The config from command-line flags (``--help`` lists every knob)."""
-    import tyro
+    from prm_gym.core.extras import require
+
+    tyro = require("tyro", "train", "parsing the flags")
 
     args = merge_repeated(list(argv) if argv is not None else sys.argv[1:], "--env")
     return tyro.cli(TrainConfig, args=args, description=__doc__)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from prm_gym.core.errors import ConfigError, PRMError
-from prm_gym.envs.serve.app import build_app
+from prm_gym.core.extras import require
 from prm_gym.envs.serve.sessions import DEFAULT_ALLOWED_KWARGS, EnvServer, ServerConfig
 
 
@@ -66,10 +66,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``prm-serve``."""
-    import uvicorn
-
     try:
         cfg, host, port = parse_args(argv)
+        uvicorn = require("uvicorn", "serve", "the env server (prm-serve)")
+        from prm_gym.envs.serve.app import build_app
+
         server = EnvServer(cfg)
     except (PRMError, TypeError) as exc:
         print(f"prm-serve: error: {exc}", file=sys.stderr)

@@ -19,14 +19,16 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import gymnasium as gym
-from fastapi import FastAPI, Request
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.core.errors import ConfigError, InfraError, TaskError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
 
 #: Session keyword arguments a client may set unless ``--allow-kwargs`` says otherwise: they pick
 #: which generated tasks a session plays, or how its policy writes tool calls (``tool_format``),
