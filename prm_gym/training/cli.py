@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -102,10 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))
             return 0
+        from prm_gym.training.summary import run_summary
         from prm_gym.training.trainer import train
 
-        run = train(cfg)
-        print(f"trained {run.step} steps; outputs in {cfg.output_dir}")
+        t0 = time.perf_counter()
+        train(cfg)
+        if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 alone logs and writes
+            print(run_summary(cfg.output_dir, time.perf_counter() - t0))
         return 0
     except PRMError as exc:
         print(f"train-agent: error: {exc}", file=sys.stderr)

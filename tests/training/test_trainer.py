@@ -267,3 +267,19 @@ def test_bf16_precision_trains_fp32_weights_through_a_bf16_sampler(tmp_path: Pat
     assert torch.isfinite(torch.tensor(rows[0]["loss"]))
     assert run.policy.model.dtype == torch.float32 and run.policy.sample_dtype == "bfloat16"
     assert run.policy.sampler_model().dtype == torch.bfloat16
+
+
+def test_a_run_ends_with_a_summary_of_its_figures_and_outputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--env-kwargs", ENV_KW, "--steps", "1", "--group-size", "2", "--tasks-per-step", "1"]
+    argv += ["--sampling.max-new-tokens", "4", "--eval.num-tasks", "2", "--eval.samples", "1", "--no-progress"]
+    assert main([*argv, "--output-dir", str(tmp_path), "--no-tensorboard"]) == 0
+    out = capsys.readouterr().out
+    rows = read_metrics(tmp_path)
+    first, final = rows[0], rows[-1]
+    assert "trained 1 steps in " in out and f"outputs in {tmp_path}" in out
+    assert f"train reward (last step)    {rows[1]['reward']:.3f}" in out
+    assert "held-out (2 tasks scored)" in out and "before -> after" in out
+    assert f"success                   {first['eval/success']:.3f} -> {final['eval/success']:.3f}" in out
+    assert "files: checkpoint.pt, metrics.jsonl, reward.png" in out
