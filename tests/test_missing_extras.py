@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SERVE = "from prm_gym.envs.serve.cli import main; raise SystemExit(main(['--env', 'prm/Math-v0']))"
 
 
 def _run(missing: str, code: str) -> subprocess.CompletedProcess[str]:
@@ -26,8 +27,16 @@ def _run(missing: str, code: str) -> subprocess.CompletedProcess[str]:
     ("missing", "code", "extra"),
     [
         ("tyro", "from prm_gym.training.cli import main; raise SystemExit(main(['--steps', '1']))", "train"),
-        ("fastapi", "from prm_gym.envs.serve.cli import main; raise SystemExit(main(['--env', 'prm/Math-v0']))", "serve"),
-        ("uvicorn", "from prm_gym.envs.serve.cli import main; raise SystemExit(main(['--env', 'prm/Math-v0']))", "serve"),
+        (
+            "fastapi",
+            "from prm_gym.envs.serve.cli import main; raise SystemExit(main(['--env', 'prm/Math-v0']))",
+            "serve",
+        ),
+        (
+            "uvicorn",
+            "from prm_gym.envs.serve.cli import main; raise SystemExit(main(['--env', 'prm/Math-v0']))",
+            "serve",
+        ),
         ("docker", "from prm_gym.sandbox.docker_image import main; raise SystemExit(main([]))", "docker"),
         ("sqlglot", "from prm_gym.agents.play import main; raise SystemExit(main(['--env', 'prm/SQL-v0']))", "sql"),
     ],
