@@ -6,12 +6,12 @@ policy they build: ``--env``, ``--tasks``, ``--env-kwargs``, ``--judge``, ``--to
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.imports import import_modules
 
 TOOL_FORMATS = ("auto", "hermes", "llama3", "mistral", "qwen", "openai")
 
@@ -43,19 +43,6 @@ def add_env_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--imports", action="append", default=[], help="a module to import first (third-party envs, judges)")
     p.add_argument("--import", dest="imports", action=_DeprecatedImport, help=argparse.SUPPRESS)
-
-
-def import_modules(modules: list[str]) -> None:
-    """Import each ``--imports`` module (it registers envs or judges).
-
-    Raises:
-        ConfigError: one does not import (the message names it and why).
-    """
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ConfigError(f"--imports {module}: {exc}") from exc
 
 
 def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,7 +13,6 @@ Examples::
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -92,15 +91,11 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``train-agent``."""
     from prm_gym.core.errors import PRMError
+    from prm_gym.core.imports import import_modules
 
     try:
         cfg = parse(argv)
-        for module in cfg.imports:
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                print(f"train-agent: error: --imports {module}: {exc}", file=sys.stderr)
-                return 2
+        import_modules(cfg.imports)
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))
             return 0

@@ -24,6 +24,7 @@ from prm_gym.training.config_sections import (
     TreeConfig,
     check,
     parse_json_kwargs,
+    sized_eval,
 )
 from prm_gym.training.mixture import EnvShare, kwargs_per_env, parse_env_spec
 
@@ -134,6 +135,7 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "eval", sized_eval(self.eval, self.steps, self.mode))  # 0: sized to the run
         self._check_envs()
         check(
             self.lora.publish == "merged" or self.policy.startswith("vllm:") or bool(self.vllm_weights),

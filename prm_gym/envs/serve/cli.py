@@ -13,13 +13,13 @@ Play it with :class:`prm_gym.envs.remote.RemoteEnv` (a ``gymnasium.Env``), ``tra
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
 
 from prm_gym.core.errors import ConfigError, PRMError
 from prm_gym.core.extras import require
+from prm_gym.core.imports import import_modules
 from prm_gym.envs.serve.sessions import DEFAULT_ALLOWED_KWARGS, EnvServer, ServerConfig
 
 
@@ -48,11 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     p.add_argument("--threads", type=int, default=64, help="env calls running at once")
     p.add_argument("--imports", action="append", default=[], help="a module to import first (third-party envs)")
     a = p.parse_args(argv)
-    for module in a.imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ConfigError(f"--imports {module}: {exc}") from exc
+    import_modules(a.imports)
     try:
         kwargs = json.loads(a.env_kwargs) if a.env_kwargs.strip() else {}
     except json.JSONDecodeError as exc:
