@@ -295,5 +295,5 @@ def test_the_default_eval_is_sized_to_the_run() -> None:
     given = TrainConfig(steps=2, eval=EvalConfig(num_tasks=3, samples=5))
     assert (given.eval.num_tasks, given.eval.samples) == (3, 5)
     assert TrainConfig(steps=2, eval=EvalConfig(k=(1, 4))).eval.samples == 4
-    with pytest.raises(ConfigError, match="eval.k"):
+    with pytest.raises(ConfigError, match=r"eval\.k"):
         TrainConfig(steps=2, eval=EvalConfig(samples=2, k=(4,)))
