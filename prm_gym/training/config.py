@@ -120,6 +120,11 @@ class TrainConfig:
     """Start from these weights (a checkpoint.pt or a state-dict file), e.g. an SFT warm start."""
     tensorboard: bool = True
     """Also log to TensorBoard when it is installed."""
+    report_to: tuple[Literal["trackio", "wandb", "mlflow"], ...] = ()
+    """Also log every metrics row to these trackers, e.g. --report-to wandb (each needs its extra:
+    pip install 'prm-gym[wandb]'; settings from its environment variables, docs/training.md)."""
+    report_project: str = "prm-gym"
+    """The trackers' project (wandb, trackio) or experiment (MLflow); the run is named after --output-dir."""
     progress: bool = True
     """Show a live progress bar with reward, staleness and tokens/s."""
     max_excluded_fraction: float = 0.5
