@@ -4,6 +4,7 @@ unimportable (``sys.modules[name] = None``, which makes ``import name`` raise)."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,3 +79,19 @@ def test_the_sessions_module_imports_without_fastapi() -> None:
     """The env server's sessions (and the ``prm-serve`` parser) need no FastAPI until it serves."""
     proc = _run("fastapi", "import prm_gym.envs.serve.sessions, prm_gym.envs.serve.cli")
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_no_docker_daemon_is_one_line_from_the_commands(tmp_path: Path) -> None:
+    """``sandbox="docker"`` with no daemon answering: prm-play and the image builder print the advice, no traceback."""
+    pytest.importorskip("docker", reason="the docker SDK is not installed (pip install 'prm-gym[docker]')")
+    sock = f"unix://{tmp_path}/docker.sock"  # nothing listens there
+    kwargs = json.dumps({"sandbox": "docker", "sandbox_kwargs": {"base_url": sock}})
+    argv = ["--env", "prm/Code-v0", "--env-kwargs", kwargs, "--policy", "gold"]
+    play = f"from prm_gym.agents.play import main; raise SystemExit(main({argv!r}))"
+    build = f"from prm_gym.sandbox.docker_image import main; raise SystemExit(main(['--base-url', {sock!r}]))"
+    for code in (play, build):
+        proc = _run("no_such_module_for_this_test", code)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"no Docker daemon answered at {sock}" in lines[0] and "sandbox='bwrap'" in lines[0]

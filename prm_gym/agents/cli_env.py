@@ -78,6 +78,9 @@ def make_policy_and_env(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from prm_gym.agents.gold import GOLD, GoldPolicy
 
     import_modules(args.imports)
+    spec = gym.spec(args.env)  # an unknown id, or an env module missing its extra, fails before a model loads
+    if isinstance(spec.entry_point, str):
+        gym.envs.registration.load_env_creator(spec.entry_point)
     policy: Any
     if args.policy == GOLD:
         policy = GoldPolicy()
