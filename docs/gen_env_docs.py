@@ -133,6 +133,13 @@ def render(page: EnvPage) -> str:
 
 
 QUICKSTART = ROOT / "examples" / "quickstart" / "convert_tools.py"
+#: The commands that run the example, shown as written on the page; tests/envs/test_custom.py runs
+#: them from an empty folder holding only the example (prm-gym installed, no repository checkout).
+QUICKSTART_COMMANDS = (
+    f"python {QUICKSTART.name}",
+    f"prm-play --imports {QUICKSTART.stem} --env mylab/Convert-v0 --policy gold",
+    f"train-agent --imports {QUICKSTART.stem} --env mylab/Convert-v0 --steps 2",
+)
 
 
 def quickstart() -> list[str]:
@@ -142,15 +149,15 @@ def quickstart() -> list[str]:
         "## A complete example",
         "",
         f"[{rel}](../../{rel}): a tool function, tasks, a judge, `gym.make` and a scripted episode.",
+        f"Save it as `{QUICKSTART.name}` in an empty folder (after `pip install 'prm-gym[train]'`) and run,",
+        "from that folder, the episode, a check of every task's gold answer, and a 2-step training run:",
         "",
         "```python",
         QUICKSTART.read_text(encoding="utf-8").rstrip(),
         "```",
         "",
         "```bash",
-        f"python {rel}",
-        f"PYTHONPATH={QUICKSTART.parent.relative_to(ROOT).as_posix()} train-agent --imports {QUICKSTART.stem} "
-        "--env mylab/Convert-v0 --steps 2",
+        *QUICKSTART_COMMANDS,
         "```",
     ]
 

@@ -1,12 +1,14 @@
 """Your own tool env in one file: a tool function, tasks, a judge, ``gym.make``, then training.
 
-Play one scripted episode::
+Save it as ``convert_tools.py`` in any folder and, from that folder, play one scripted episode::
 
-    python examples/quickstart/convert_tools.py
+    python convert_tools.py
 
-Train on it (the module registers ``mylab/Convert-v0`` when ``--imports`` loads it)::
+check every task's gold answer, then train on it (``--imports`` loads the module, which registers
+``mylab/Convert-v0``)::
 
-    PYTHONPATH=examples/quickstart train-agent --imports convert_tools --env mylab/Convert-v0 --steps 2
+    prm-play --imports convert_tools --env mylab/Convert-v0 --policy gold
+    train-agent --imports convert_tools --env mylab/Convert-v0 --steps 2
 """
 
 from __future__ import annotations
@@ -25,16 +27,21 @@ def to_celsius(fahrenheit: float) -> float:
     return round((fahrenheit - 32) * 5 / 9, 1)
 
 
-TASKS = [
-    {"id": f"f{f}", "question": f"What is {f} degrees Fahrenheit in Celsius?", "answer": str(to_celsius(f))}
-    for f in range(0, 212, 4)
-]
+def tasks(split: str = "train") -> list[dict[str, str]]:
+    """The tasks of a split: every fourth temperature is held out for evaluation (``split="test"``)."""
+    held_out = split == "test"
+    return [
+        {"id": f"f{f}", "question": f"What is {f} degrees Fahrenheit in Celsius?", "answer": str(to_celsius(f))}
+        for f in range(0, 212, 4)
+        if (f % 16 == 0) == held_out
+    ]
+
 
 if "mylab/Convert-v0" not in gym.registry:
     register_tool_env(
         "mylab/Convert-v0",
         tools=[to_celsius],
-        tasks=TASKS,
+        tasks=tasks,  # called with split=; held-out eval asks for split='test'
         judge="rule/math_equiv + 0.1*rule/format",  # outcome: the answer's value; a small format term
         max_turns=3,
     )

@@ -116,14 +116,47 @@ def renders_tools(tokenizer: Any) -> bool:
     return "prm_probe_tool" in str(text)
 
 
+#: The roles a chat template may give tool results, in the order tried (Llama 3.1 renders both as ``ipython``).
+TOOL_ROLES = ("tool", "ipython")
+
+
+def tool_role(tokenizer: Any) -> str | None:
+    """The role in which the tokenizer's chat template renders tool results (``tool`` or
+    ``ipython``): the first of :data:`TOOL_ROLES` that the template names (``'tool'`` in its source)
+    and renders, content shown, differently from a user message; None when it has none (a generic
+    ChatML template prints any role name, but no model learnt to read results there)."""
+    source = template_text(tokenizer)
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+
+    def render(role: str) -> str | None:
+        try:
+            text = tokenizer.apply_chat_template(
+                [*base, {"role": role, "content": _MARK}], tokenize=False, add_generation_prompt=True
+            )
+        except Exception:  # a template that refuses the role (or a tool message without a call id)
+            return None
+        return str(text) if _MARK in str(text) else None
+
+    user = render("user")
+    for role in TOOL_ROLES:
+        if f"'{role}'" not in source and f'"{role}"' not in source:
+            continue
+        text = render(role)
+        if text is not None and text != user:
+            return role
+    return None
+
+
 class ChatTemplate:
     """Renders prompts and observations with a tokenizer's chat template.
 
     Args:
         tokenizer: a Hugging Face tokenizer with a chat template.
         system_prompt: the system message before the tool block.
-        observation_role: the role observations are sent as (``"user"`` works with every
-            template; the env already wraps tool results in ``<tool_response>``).
+        observation_role: the role observations are sent as; ``"auto"``: the template's tool role
+            (``tool``, or ``ipython`` where only that one renders: :func:`tool_role`) when the tools
+            are written by the template itself (``tools_block`` native), else ``"user"``, which
+            every template takes (the env already wraps tool results in ``<tool_response>``).
         tools_block: ``"full"`` lists the tools' JSON schemas and the call syntax of ``tool_format``;
             ``"compact"`` only their signatures and the call syntax (a few dozen tokens: for tiny
             byte-level models); ``"native"`` passes the schemas to the tokenizer's template as
@@ -138,7 +171,7 @@ class ChatTemplate:
         self,
         tokenizer: Any,
         system_prompt: str = DEFAULT_SYSTEM,
-        observation_role: str = "user",
+        observation_role: str = "auto",
         tools_block: str = "full",
         tool_format: str = "hermes",
     ):
@@ -150,7 +183,8 @@ class ChatTemplate:
         self.tools_block = self._resolve_block(tools_block, tokenizer)
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
-        self.observation_role = observation_role
+        native_role = tool_role(tokenizer) if self.tools_block == "native" and observation_role == "auto" else None
+        self.observation_role = observation_role if observation_role != "auto" else native_role or "user"
         self.eos_token_id: int = tokenizer.eos_token_id
         self._close, self._turn_prefix = self._template_pieces()
 

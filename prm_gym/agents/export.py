@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from prm_gym.agents.cli_env import add_env_flags
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.progress import track
@@ -192,15 +193,17 @@ def _write_parquet(rows: list[dict[str, Any]], out: Path, term_names: Sequence[s
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="prm-export", description="Play episodes and export them to jsonl or parquet.")
-    p.add_argument("--env", default="prm/Math-v0", help="a registered env id")
-    p.add_argument("--policy", default="hf:tiny", help="hf:tiny, hf:smollm2-135m or hf:<model dir>")
+    add_env_flags(p)
+    p.add_argument(
+        "--policy",
+        default="hf:tiny",
+        help="hf:tiny, hf:smollm2-135m, hf:<model dir>, or gold (the tasks' gold answers)",
+    )
     p.add_argument("--episodes", type=int, default=4, help="how many episodes to play")
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument("--output", required=True, help="output file, *.jsonl or *.parquet")
-    p.add_argument("--judge", default=None, help="override the env's judge expression")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens sampled per turn")
     p.add_argument("--tokens", action="store_true", help="also export token ids, loss masks and log-probs")
-    p.add_argument("--import", dest="imports", action="append", default=[], help="import a module that registers envs")
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -216,30 +219,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if Path(args.output).suffix.lstrip(".").lower() not in FORMATS:
         print(f"prm-export: error: --output {args.output!r}: name the file *.jsonl or *.parquet.", file=sys.stderr)
         return 2
-    import importlib
-
     import gymnasium as gym
 
-    import prm_gym.envs  # noqa: F401  (registers prm/ ids)
-    from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.agents.cli_env import make_policy_and_env
     from prm_gym.agents.rollout import run_episode
     from prm_gym.core.errors import PRMError
-    from prm_gym.core.hf import HFPolicy
     from prm_gym.core.policy import SamplingParams
 
     try:
-        for mod in args.imports:
-            importlib.import_module(mod)
-        env = gym.make(args.env, **({"judge": args.judge} if args.judge else {}))
-        policy = HFPolicy.from_id(args.policy, seed=args.seed)
-    except (PRMError, gym.error.Error, ImportError) as exc:
+        policy, chat, env = make_policy_and_env(args)
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
+        episodes = track(range(args.episodes), desc="prm-export", unit="episode", enabled=args.progress, delay=0.0)
+        trajs = [run_episode(env, policy, chat, seed=args.seed + k, sampling=sampling) for k in episodes]
+        env.close()
+    except (PRMError, gym.error.Error) as exc:
         print(f"prm-export: error: {exc}", file=sys.stderr)
         return 2
-    chat = ChatTemplate(policy.tokenizer)
-    sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
-    episodes = track(range(args.episodes), desc="prm-export", unit="episode", enabled=args.progress, delay=0.0)
-    trajs = [run_episode(env, policy, chat, seed=args.seed + k, sampling=sampling) for k in episodes]
-    env.close()
     n = export_trajectories(trajs, args.output, env_id=args.env, include_tokens=args.tokens)
     print(f"wrote {n} trajectories to {args.output}")
     return 0

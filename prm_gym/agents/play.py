@@ -1,8 +1,9 @@
 """``prm-play``: play episodes of a prm/ env with a policy and print them turn by turn.
 
-Example::
+Examples::
 
     prm-play --env prm/Math-v0 --policy hf:smollm2-135m --seed 0
+    prm-play --env prm/Math-v0 --tasks tasks.jsonl --policy gold     # check a task file: every task's gold answer
 """
 
 from __future__ import annotations
@@ -13,19 +14,30 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from prm_gym.agents.cli_env import add_env_flags
+from prm_gym.core.errors import PRMError
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="prm-play", description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", default="prm/Math-v0", help="a registered env id (default: prm/Math-v0)")
-    p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:tiny or hf:<model dir>")
+    add_env_flags(p)
+    p.add_argument(
+        "--policy",
+        default="hf:smollm2-135m",
+        help="hf:smollm2-135m, hf:tiny, hf:<model dir>, or gold (play each task's gold answer: checks a task file)",
+    )
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
-    p.add_argument("--episodes", type=int, default=1, help="how many episodes to play")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="how many episodes to play (default 1; with --policy gold every task)",
+    )
     p.add_argument("--task-id", default=None, help="pin a task by id")
-    p.add_argument("--judge", default=None, help="override the env's judge expression")
     p.add_argument("--max-new-tokens", type=int, default=200, help="tokens sampled per turn")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
     p.add_argument(
-        "--import", dest="imports", action="append", default=[], help="import a module that registers envs or judges"
+        "--success-threshold", type=float, default=1.0, help="with --policy gold: the outcome return a task must reach"
     )
     return p
 
@@ -47,37 +59,54 @@ def print_episode(traj: Any, title: str, seconds: float) -> None:
     )
 
 
+def check_gold(env: Any, policy: Any, chat: Any, task_ids: Sequence[str], seed: int, threshold: float) -> int:
+    """Play each task's gold actions; print one line per task and the count; 0 when all pass, else 1."""
+    from prm_gym.agents.gold import gold_passed
+    from prm_gym.agents.rollout import run_episode
+
+    failed = []
+    for tid in task_ids:
+        traj = run_episode(env, policy, chat, seed=seed, task_id=tid, max_context_tokens=1 << 30)  # no sampling
+        outcome = sum(t.terms.get("outcome", 0.0) for t in traj.turns)
+        if gold_passed(outcome, traj.terminated, traj.infra_error, threshold):
+            print(f"ok    {tid}  outcome {outcome:.3f}")
+            continue
+        failed.append(tid)
+        why = "infra_error" if traj.infra_error else f"outcome {outcome:.3f} < {threshold}"
+        last = traj.turns[-1].observation.strip().replace("\n", " ")[:160] if traj.turns else ""
+        print(f"FAIL  {tid}  {why}; env said: {last}")
+    print(f"gold: {len(task_ids) - len(failed)}/{len(task_ids)} tasks reach outcome {threshold}")
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    import importlib
-
     import gymnasium as gym
 
-    import prm_gym.envs  # noqa: F401  (registers prm/ ids)
-    from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.agents.cli_env import make_policy_and_env
+    from prm_gym.agents.gold import GOLD
     from prm_gym.agents.rollout import run_episode
-    from prm_gym.core.errors import PRMError
-    from prm_gym.core.hf import HFPolicy
     from prm_gym.core.policy import SamplingParams
 
-    for mod in args.imports:
-        importlib.import_module(mod)
     try:
-        kwargs = {"judge": args.judge} if args.judge else {}
-        env = gym.make(args.env, **kwargs)
         t0 = time.perf_counter()
-        policy = HFPolicy.from_id(args.policy, seed=args.seed)
+        policy, chat, env = make_policy_and_env(args)
         print(f"loaded {args.policy} in {time.perf_counter() - t0:.1f}s")
+        if args.policy == GOLD and args.task_id is None:
+            ids = list(env.unwrapped.tasks.ids)[: args.episodes]
+            try:
+                return check_gold(env, policy, chat, ids, args.seed, args.success_threshold)
+            finally:
+                env.close()
+        sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+        for ep in range(args.episodes or 1):
+            t0 = time.perf_counter()
+            traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
+            print_episode(traj, f"episode {ep + 1}: {args.env}", time.perf_counter() - t0)
+        env.close()
     except (PRMError, gym.error.Error) as exc:
         print(f"prm-play: error: {exc}", file=sys.stderr)
         return 2
-    chat = ChatTemplate(policy.tokenizer)
-    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
-    for ep in range(args.episodes):
-        t0 = time.perf_counter()
-        traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
-        print_episode(traj, f"episode {ep + 1}: {args.env}", time.perf_counter() - t0)
-    env.close()
     return 0
 
 

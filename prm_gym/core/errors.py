@@ -43,3 +43,10 @@ class SandboxError(InfraError):
 
 class RetrievalError(InfraError):
     """The retrieval backend is down, slow, or returned garbage."""
+
+
+class MissingExtraError(PRMError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra that brings it.
+
+    Also a ``ModuleNotFoundError``, so code that falls back when a module is absent still does.
+    """

@@ -39,7 +39,7 @@ class Record(NamedTuple):
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet", ".arrow")
 
 
-def read_records(path: str | Path, split: str | None = None) -> list[Record]:
+def read_records(path: str | Path, split: str | None = None, ignore: tuple[str, ...] = ()) -> list[Record]:
     """The records of a data file or dataset folder, in order.
 
     Args:
@@ -47,6 +47,7 @@ def read_records(path: str | Path, split: str | None = None) -> list[Record]:
             ``save_to_disk`` folder, or a folder of data files.
         split: which split of a folder with several (``train``, ``test``, ...); a folder with one
             split uses it whatever ``split`` says. Ignored for a single file.
+        ignore: in a folder, the data files with these stems are not records (Spider's ``tables.json``).
 
     Raises:
         TaskError: the path is missing, of an unknown kind, unreadable, or a split is missing
@@ -54,7 +55,7 @@ def read_records(path: str | Path, split: str | None = None) -> list[Record]:
     """
     p = Path(path).expanduser()
     if p.is_dir():
-        return _read_folder(p, split)
+        return _read_folder(p, split, ignore)
     if not p.is_file():
         raise TaskError(f"Task file {str(p)!r} does not exist (or is not a file).")
     name = p.name.lower()
@@ -155,7 +156,7 @@ def split_of(file_name: str) -> str:
     return next((w for w in words if w in _SPLIT_WORDS), words[0] if words else file_name)
 
 
-def _read_folder(folder: Path, split: str | None) -> list[Record]:
+def _read_folder(folder: Path, split: str | None, ignore: tuple[str, ...] = ()) -> list[Record]:
     if (folder / "dataset_dict.json").is_file():  # DatasetDict.save_to_disk
         try:
             splits = [str(s) for s in json.loads((folder / "dataset_dict.json").read_text())["splits"]]
@@ -169,7 +170,11 @@ def _read_folder(folder: Path, split: str | None) -> list[Record]:
         except (ValueError, KeyError, TypeError) as exc:
             raise TaskError(f"{folder}/state.json: unreadable ({exc}).") from None
         return _rows(folder, _arrow_table(files))
-    data = sorted(f for f in folder.rglob("*") if f.is_file() and f.name.lower().endswith(DATA_SUFFIXES))
+    data = sorted(
+        f
+        for f in folder.rglob("*")
+        if f.is_file() and f.name.lower().endswith(DATA_SUFFIXES) and f.name.split(".")[0] not in ignore
+    )
     if not data:
         raise TaskError(
             f"{folder}: no data here; give a .jsonl, .json, .parquet or .arrow file, a datasets "

@@ -34,7 +34,7 @@ from typing import Any, Self
 import gymnasium as gym
 import numpy as np
 
-from prm_gym.core.errors import ConfigError, InfraError, JudgeError, ToolError
+from prm_gym.core.errors import ConfigError, InfraError, JudgeError, TaskError, ToolError
 from prm_gym.core.parsing import MAX_ACTION_CHARS, ParsedAction, ToolCall, parse_action
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task, TaskSet
@@ -190,6 +190,19 @@ class ToolEnv(gym.Env[str, str]):
     def actions(self) -> list[str]:
         """The actions taken so far this episode."""
         return list(self._actions)
+
+    def gold_actions(self, task: Task) -> list[str]:
+        """The actions that solve ``task`` (``prm-play --policy gold`` replays them to check a task
+        file): one turn submitting the gold answer (the first of a list). An env whose tasks need
+        more (tool calls first) overrides this.
+
+        Raises:
+            TaskError: the task has no gold answer.
+        """
+        answer = task.answer[0] if isinstance(task.answer, (list, tuple)) and task.answer else task.answer
+        if answer is None or answer == [] or answer == ():
+            raise TaskError(f"task {task.id!r} has no gold answer; give it an 'answer' to check it with --policy gold.")
+        return [f"<{self.answer_tag}>{answer}</{self.answer_tag}>"]
 
     def defer_group_judges(self, on: bool = True) -> list[str]:
         """Leave the judges that score a whole group at once (``group_batched = True``: IGPO's

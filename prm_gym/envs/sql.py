@@ -85,6 +85,8 @@ class SQLEnv(ToolEnv):
       ``db_dir``); ``"dataset:spider:<folder>"`` / ``"dataset:bird:<folder>"``; a list of Tasks
       or of dicts with the same fields (and ``db_dir``); a TaskSet.
     * ``db_dir``: the folder of ``<db_id>/<db_id>.sqlite`` databases for a task file.
+    * ``on_missing``: ``"error"`` (default) or ``"skip"``: leave out the tasks of a task file or
+      folder whose database is missing or not SQLite.
     * ``split``: the generator's split, and the split of a Spider/BIRD folder (``train``, ``dev``).
     * ``num_tasks``, ``task_seed``, ``levels``, ``schemas``, ``cache_dir``: generator settings.
     * ``copy_db``: run each episode on a private in-memory copy (SQLite).
@@ -103,6 +105,7 @@ class SQLEnv(ToolEnv):
         tasks: TaskSet | str | Path | Iterable[Task | dict[str, Any]] | None = None,
         *,
         db_dir: str | Path | None = None,
+        on_missing: str = "error",
         split: str = "train",
         num_tasks: int = 500,
         task_seed: int = 0,
@@ -128,7 +131,13 @@ class SQLEnv(ToolEnv):
         dbs = Path(db_dir).expanduser() if db_dir is not None else None
         task_set = as_task_set(
             tasks,
-            file_loader("prm/SQL-v0", split, lambda p, s: load_sql_file(p, dbs, split=s), db_dir=dbs),
+            file_loader(
+                "prm/SQL-v0",
+                split,
+                lambda p, s: load_sql_file(p, dbs, split=s, on_missing=on_missing),
+                db_dir=dbs,
+                on_missing=on_missing,
+            ),
             lambda: generate_sql_tasks(num_tasks, task_seed, split, levels, schemas, cache_dir=cache_dir),
             sql_reader(dbs),
         )

@@ -14,11 +14,15 @@ from __future__ import annotations
 import threading
 import weakref
 
-import sqlglot
-
 from prm_gym.core.errors import TaskError
+from prm_gym.core.extras import missing_extra
 from prm_gym.core.tasks import Task, TaskSet, frozen
 from prm_gym.sandbox.sql_pghost import PostgresHost
+
+try:
+    import sqlglot
+except ImportError as _exc:
+    raise missing_extra(_exc, "sql", "prm/SQL-v0 (its SQL translation and judges)") from None
 
 DIALECT = "postgres"
 _SETS: weakref.WeakKeyDictionary[TaskSet, weakref.WeakKeyDictionary[PostgresHost, TaskSet]] = (

@@ -150,13 +150,23 @@ def find_database(db_dir: Path, db_id: str) -> Path | None:
     return None
 
 
-#: Spider / BIRD folder layouts: the task files of each split, then the database folders tried.
+#: Spider / BIRD folder layouts: the task files of each split (``.json``, or ``.jsonl`` when a
+#: conversion left one), then the database folders tried.
 _SPLIT_FILES = {
-    "train": ("train_spider.json", "train_others.json", "train.json"),
-    "dev": ("dev.json",),
-    "test": ("test.json",),
+    "train": ("train_spider", "train_others", "train"),
+    "dev": ("dev",),
+    "test": ("test",),
 }
 _SPLIT_ALIASES = {"validation": "dev"}
+#: Files of a Spider/BIRD folder that describe schemas, not tasks (``tables.json``, ``test_tables.json``).
+SCHEMA_FILES = ("tables", "train_tables", "dev_tables", "test_tables")
+
+
+def _task_file(folder: Path, stem: str) -> Path | None:
+    for suffix in (".json", ".jsonl"):
+        if (folder / f"{stem}{suffix}").is_file():
+            return folder / f"{stem}{suffix}"
+    return None
 
 
 def sql_folder(folder: Path, split: str | None) -> tuple[list[Path], Path]:
@@ -170,12 +180,14 @@ def sql_folder(folder: Path, split: str | None) -> tuple[list[Path], Path]:
     Raises:
         TaskError: no task file for the split (naming the splits present).
     """
-    present = {name: [folder / f for f in files if (folder / f).is_file()] for name, files in _SPLIT_FILES.items()}
+    found = {name: [_task_file(folder, stem) for stem in stems] for name, stems in _SPLIT_FILES.items()}
+    present = {name: [f for f in files if f is not None] for name, files in found.items()}
     present = {name: files for name, files in present.items() if files}
     want = _SPLIT_ALIASES.get(str(split), str(split))
     if not present:
         raise TaskError(
-            f"{folder}: not a Spider or BIRD folder (no train_spider.json, train.json, dev.json or test.json)."
+            f"{folder}: not a Spider or BIRD folder (no train_spider.json, train.json, dev.json or test.json, "
+            "nor .jsonl)."
         )
     if want not in present:
         if len(present) != 1:
@@ -246,8 +258,8 @@ def load_sql_file(
     Args:
         path: the task file, a Spider/BIRD folder, or a folder of data files (a ``save_to_disk``
             folder, hub parquet files: give ``db_dir``).
-        db_dir: the folder of databases (default: ``database/`` next to the task file, or the
-            folder's own for a dataset folder).
+        db_dir: the folder of databases (default: ``database/`` next to the task file, or inside
+            the folder given).
         on_missing: ``"error"`` or ``"skip"`` for tasks whose database is missing or not SQLite.
         split: the split of a dataset folder.
         check: called with each record first (``record, where, default_id``); it raises on a
@@ -259,15 +271,15 @@ def load_sql_file(
     if on_missing not in ("error", "skip"):
         raise TaskError(f"on_missing must be 'error' or 'skip', got {on_missing!r}.")
     p = Path(path).expanduser()
-    layout = p.is_dir() and any((p / f).is_file() for files in _SPLIT_FILES.values() for f in files)
+    layout = p.is_dir() and any(_task_file(p, stem) for stems in _SPLIT_FILES.values() for stem in stems)
     if layout:  # a Spider / BIRD release folder; any other folder is read as data (save_to_disk, hub files)
         files, own_dbs = sql_folder(p, split)
-    else:
-        files, own_dbs = [p], p.parent / "database"
+    else:  # a task file: database/ beside it; a data folder: its own database/
+        files, own_dbs = [p], (p if p.is_dir() else p.parent) / "database"
     folder = Path(db_dir) if db_dir is not None else own_dbs
     tasks: list[Task] = []
     for f in files:
-        for where, key, rec in read_records(f, split):
+        for where, key, rec in read_records(f, split, ignore=SCHEMA_FILES):
             if check is not None:
                 check(rec, where, key)
             task = sql_task(rec, where, key if len(files) == 1 else f"{f.stem}-{key}", folder, on_missing)

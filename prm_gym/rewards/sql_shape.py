@@ -24,10 +24,14 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import sqlglot
-from sqlglot import exp
-
+from prm_gym.core.extras import missing_extra
 from prm_gym.rewards.sql_results import repair_spacing
+
+try:
+    import sqlglot
+    from sqlglot import exp
+except ImportError as _exc:
+    raise missing_extra(_exc, "sql", "the SQL judges (prm/SQL-v0)") from None
 
 _ORDER_RE = re.compile(r"\border\s+by\b", re.IGNORECASE)
 #: The most submitted queries' shapes kept (a shape is a few hundred bytes).

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prm_gym.core.errors import SandboxError
+from prm_gym.core.extras import require
 from prm_gym.sandbox._exec import BOOT_SOURCE, frame_request
 from prm_gym.sandbox.protocol import MAIN_FILE, WorkerSandbox, program_files
 from prm_gym.sandbox.types import ExecResult, Limits
@@ -39,10 +40,7 @@ def docker_client(base_url: str | None = None) -> Any:
     Raises:
         SandboxError: the SDK is missing or no daemon answers (the message says which, and the fix).
     """
-    try:
-        import docker
-    except ImportError as exc:
-        raise SandboxError("the docker backend needs the docker SDK: pip install 'prm-gym[docker]'.") from exc
+    docker = require("docker", "docker", "the docker sandbox (sandbox='docker')")
     try:
         client = docker.DockerClient(base_url=base_url, timeout=30) if base_url else docker.from_env(timeout=30)
         client.ping()

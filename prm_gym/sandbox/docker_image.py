@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prm_gym.core.errors import SandboxError
+from prm_gym.core.errors import PRMError, SandboxError
 
 #: Bumped when the tree this module assembles changes (part of the tag, so stale images are rebuilt).
 LAYOUT_VERSION = 1
@@ -156,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=None, help="the interpreter to copy (default: /usr/bin/python3, else this one)")
     ap.add_argument("--base-url", default=None, help="the daemon (default: DOCKER_HOST or the local socket)")
     args = ap.parse_args(argv)
-    print(build_python_image(docker_client(args.base_url), args.python))
+    try:
+        print(build_python_image(docker_client(args.base_url), args.python))
+    except PRMError as exc:  # no SDK, no daemon, a failed build: the message says which and the fix
+        print(f"docker_image: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -13,9 +13,10 @@ Examples::
 
 from __future__ import annotations
 
-import importlib
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from prm_gym.training.config import TrainConfig
 
 def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     """The config from command-line flags (``--help`` lists every knob)."""
-    import tyro
+    from prm_gym.core.extras import require
+
+    tyro = require("tyro", "train", "parsing the flags")
 
     args = merge_repeated(list(argv) if argv is not None else sys.argv[1:], "--env")
     return tyro.cli(TrainConfig, args=args, description=__doc__)
@@ -90,22 +93,21 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``train-agent``."""
     from prm_gym.core.errors import PRMError
+    from prm_gym.core.imports import import_modules
 
     try:
         cfg = parse(argv)
-        for module in cfg.imports:
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                print(f"train-agent: error: --imports {module}: {exc}", file=sys.stderr)
-                return 2
+        import_modules(cfg.imports)
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))
             return 0
+        from prm_gym.training.summary import run_summary
         from prm_gym.training.trainer import train
 
-        run = train(cfg)
-        print(f"trained {run.step} steps; outputs in {cfg.output_dir}")
+        t0 = time.perf_counter()
+        train(cfg)
+        if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 alone logs and writes
+            print(run_summary(cfg.output_dir, time.perf_counter() - t0))
         return 0
     except PRMError as exc:
         print(f"train-agent: error: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ from prm_gym.training.config_sections import (
     TreeConfig,
     check,
     parse_json_kwargs,
+    sized_eval,
 )
 from prm_gym.training.mixture import EnvShare, kwargs_per_env, parse_env_spec
 
@@ -122,6 +123,11 @@ class TrainConfig:
     """Start from these weights (a checkpoint.pt or a state-dict file), e.g. an SFT warm start."""
     tensorboard: bool = True
     """Also log to TensorBoard when it is installed."""
+    report_to: tuple[Literal["trackio", "wandb", "mlflow"], ...] = ()
+    """Also log every metrics row to these trackers, e.g. --report-to wandb (each needs its extra:
+    pip install 'prm-gym[wandb]'; settings from its environment variables, docs/training.md)."""
+    report_project: str = "prm-gym"
+    """The trackers' project (wandb, trackio) or experiment (MLflow); the run is named after --output-dir."""
     progress: bool = True
     """Show a live progress bar with reward, staleness and tokens/s."""
     max_excluded_fraction: float = 0.5
@@ -137,6 +143,7 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "eval", sized_eval(self.eval, self.steps, self.mode))  # 0: sized to the run
         self._check_envs()
         check(
             self.lora.publish == "merged" or self.policy.startswith("vllm:") or bool(self.vllm_weights),

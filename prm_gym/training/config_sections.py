@@ -10,7 +10,7 @@ shows it in ``--help``); ``__post_init__`` validates values and raises
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from prm_gym.core.errors import ConfigError
@@ -208,10 +208,12 @@ class EvalConfig:
     tasks: str = ""
     """Held-out tasks, in the forms --tasks takes (empty: --tasks, or the env's generator, read with
     --eval.env-kwargs' split, so a dataset folder with a test split gives it)."""
-    num_tasks: int = 32
-    """Held-out tasks evaluated (the first ones of the held-out task set)."""
-    samples: int = 4
-    """Samples per task (n of pass@k); without --eval.k, pass@1 and pass@n are reported."""
+    num_tasks: int = 0
+    """Held-out tasks evaluated (the first ones of the held-out task set); 0: sized to the run
+    (:func:`eval_size`: 8 under 10 steps, 16 under 50, else 32; 32 with --mode eval)."""
+    samples: int = 0
+    """Samples per task (n of pass@k); without --eval.k, pass@1 and pass@n are reported. 0: sized
+    to the run (1 under 10 steps, 2 under 50, else 4; 4 with --mode eval; at least the largest --eval.k)."""
     temperature: float = 1.0
     """Sampling temperature for evaluation (0 = greedy, then use samples=1)."""
     success_threshold: float = 1.0
@@ -224,10 +226,10 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         parse_json_kwargs("eval.env_kwargs", self.env_kwargs)
-        check(self.num_tasks >= 1, "eval.num_tasks", self.num_tasks, "use >= 1")
-        check(self.samples >= 1, "eval.samples", self.samples, "use >= 1")
+        check(self.num_tasks >= 0, "eval.num_tasks", self.num_tasks, "use >= 1 (0: sized to the run)")
+        check(self.samples >= 0, "eval.samples", self.samples, "use >= 1 (0: sized to the run)")
         check(
-            all(1 <= k <= self.samples for k in self.k),
+            all(1 <= k <= (self.samples or k) for k in self.k),
             "eval.k",
             self.k,
             f"each k must be in [1, eval.samples={self.samples}]; raise --eval.samples to at least "
@@ -235,6 +237,22 @@ class EvalConfig:
         )
         check(self.temperature >= 0, "eval.temperature", self.temperature, "use >= 0")
         check(self.every >= 0, "eval.every", self.every, "use >= 0")
+
+
+def eval_size(steps: int, mode: str = "train") -> tuple[int, int]:
+    """The held-out tasks and samples per task of an eval left at 0 (sized to the run), so a
+    2-step run of a new env is not dominated by its evaluation: fewer than 10 steps 8 tasks x 1
+    sample, fewer than 50 steps 16 x 2, else (and ``--mode eval``) 32 x 4, played before and after."""
+    if mode == "eval" or steps >= 50:
+        return 32, 4
+    return (8, 1) if steps < 10 else (16, 2)
+
+
+def sized_eval(cfg: EvalConfig, steps: int, mode: str = "train") -> EvalConfig:
+    """``cfg`` with ``num_tasks`` and ``samples`` left at 0 set by :func:`eval_size` (samples: at
+    least the largest ``k``)."""
+    tasks, samples = eval_size(steps, mode)
+    return replace(cfg, num_tasks=cfg.num_tasks or tasks, samples=cfg.samples or max(samples, *cfg.k, 1))
 
 
 @dataclass(frozen=True)

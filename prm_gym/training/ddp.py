@@ -122,9 +122,14 @@ class Learner:
         }
         return dataclasses.replace(batch, **moved)
 
-    def metrics_log(self, out_dir: str | Path, tensorboard: bool, keep_until: int | None) -> MetricsLog | NullLog:
-        """A real metrics log on rank 0, a :class:`NullLog` on the others."""
-        return MetricsLog(out_dir, tensorboard, keep_until=keep_until) if self.is_main else NullLog()
+    def metrics_log(
+        self, out_dir: str | Path, tensorboard: bool, keep_until: int | None, trackers: Any = None
+    ) -> MetricsLog | NullLog:
+        """A real metrics log on rank 0 (with the experiment trackers ``trackers()`` starts), a
+        :class:`NullLog` on the others."""
+        if not self.is_main:
+            return NullLog()
+        return MetricsLog(out_dir, tensorboard, keep_until=keep_until, trackers=trackers() if trackers else ())
 
     def after_step(self, run: Any, *, checkpoint_due: bool) -> None:
         """After a learner step (every rank): FSDP's weights back into ``run.policy.model``, and

@@ -26,17 +26,14 @@ from typing import Any
 import torch
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.extras import require
 from prm_gym.training.config import LoraConfig
 
 ADAPTER = "default"  # peft's adapter name
 
 
 def _peft() -> Any:
-    try:
-        import peft
-    except ImportError as exc:
-        raise ConfigError("lora.rank: LoRA needs peft; pip install 'prm-gym[lora]' (or pip install peft).") from exc
-    return peft
+    return require("peft", "lora", "lora.rank: LoRA adapters")
 
 
 def add_lora(model: Any, cfg: LoraConfig, seed: int = 0) -> Any:

@@ -104,10 +104,18 @@ class MetricsLog:
     Args:
         out_dir: the run directory.
         tensorboard: also write TensorBoard scalars when ``torch.utils.tensorboard`` works.
+        trackers: started experiment trackers (:func:`prm_gym.training.trackers.open_trackers`),
+            given every row; closed with the log.
         keep_until: on resume, lines with ``step`` above this are dropped first.
     """
 
-    def __init__(self, out_dir: str | Path, tensorboard: bool = False, keep_until: int | None = None):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        tensorboard: bool = False,
+        keep_until: int | None = None,
+        trackers: Sequence[Any] = (),
+    ):
         self.path = Path(out_dir) / METRICS
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if keep_until is not None and self.path.exists():
@@ -118,6 +126,7 @@ class MetricsLog:
         elif keep_until is None:
             self.path.write_text("")
         self._tb: Any = None
+        self.trackers = list(trackers)
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -134,10 +143,14 @@ class MetricsLog:
             for k, v in values.items():
                 if math.isfinite(float(v)):
                     self._tb.add_scalar(k, float(v), step)
+        for tracker in self.trackers:
+            tracker.log(step, {k: float(v) for k, v in values.items()})
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from prm_gym.envs.remote import RemoteEnv
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint, model_state, save_checkpoint
 from prm_gym.training.config import TrainConfig
+from prm_gym.training.heldout import warn_if_heldout_reuses
 from prm_gym.training.lora import (
     adapter_state,
     add_lora,
@@ -87,6 +88,9 @@ def probe_envs(
         probe = make()
         try:
             ids[env_id] = task_ids_of(probe, "env" if len(makers) == 1 else f"env {env_id}")
+            if not cfg.resume and not cfg.env_url:  # a remote env shows task ids only
+                make_eval = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)
+                warn_if_heldout_reuses(env_id, probe, make_eval, cfg.eval.num_tasks)
             spec = getattr(probe.unwrapped, "judge_spec", None)
             combines[env_id] = spec.combine_config() if spec is not None else None
         finally:

@@ -13,6 +13,8 @@ metric keys, checkpoints and exclusion accounting.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
@@ -25,6 +27,7 @@ from prm_gym.training.metrics import ExclusionBudget, Progress, env_metrics, plo
 from prm_gym.training.prime import PrimeCredit
 from prm_gym.training.run import Run, build_run, checkpoint, checkpoint_due
 from prm_gym.training.sources import WeightPublisher, learner_config, make_source
+from prm_gym.training.trackers import open_trackers
 from prm_gym.training.update import learner_step
 
 
@@ -32,7 +35,8 @@ def train(cfg: TrainConfig) -> Run:
     """Train with ``cfg``; metrics, plots, checkpoints and eval results go to ``cfg.output_dir``."""
     run = build_run(learner_config(cfg))
     learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP/FSDP; rank 0 alone plays, logs and writes
-    log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, keep_until=run.step if run.cfg.resume else None)
+    trackers = partial(open_trackers, cfg.report_to, cfg.report_project, cfg.output_dir, asdict(cfg))
+    log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, run.step if run.cfg.resume else None, trackers)
     source = make_source(cfg, run.policy) if learner.is_main else None
     a = cfg.asynchronous
     prefetch: Prefetcher[Collected] | None = None

@@ -15,7 +15,7 @@ import gymnasium as gym
 import pytest
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
-from prm_gym.agents.chat import ChatTemplate, detect_tool_format, renders_tools
+from prm_gym.agents.chat import ChatTemplate, detect_tool_format, renders_tools, tool_role
 from prm_gym.agents.rollout import rollout
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.models import CHATML_TEMPLATE, tiny_tokenizer
@@ -212,3 +212,53 @@ def test_a_worker_plays_an_episode_in_the_format_its_tokenizer_teaches(fmt: str)
     assert infos[-1]["reward_outcome"] == 1.0
     env.close()
     worker.close()
+
+
+REFUSES_TOOL = (
+    "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}"
+    "{% endfor %}" + QWEN25
+)
+# Qwen2.5's way with tool results: a user turn of <tool_response> blocks
+QWEN25_TOOL_RESULTS = QWEN25.replace(
+    "<|im_start|>{{ m['role'] }}" + NL + "{{ m['content'] }}<|im_end|>",
+    "{% if m['role'] == 'tool' %}<|im_start|>user"
+    + NL
+    + "<tool_response>"
+    + NL
+    + "{{ m['content'] }}"
+    + NL
+    + "</tool_response><|im_end|>{% else %}<|im_start|>{{ m['role'] }}"
+    + NL
+    + "{{ m['content'] }}<|im_end|>{% endif %}",
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "shown"),
+    [
+        (LLAMA3, "<|start_header_id|>ipython<|end_header_id|>\n\nOBS<|eot_id|>"),
+        (MISTRAL, "</s>[TOOL_RESULTS]OBS[/TOOL_RESULTS]"),
+        (QWEN25_TOOL_RESULTS, "<|im_start|>user\n<tool_response>\nOBS\n</tool_response><|im_end|>"),
+    ],
+)
+def test_with_native_tools_results_go_back_in_the_templates_tool_role(template: str, shown: str) -> None:
+    """Where the template writes the tools itself, it also gets the tool results in its own tool role
+    (``tool``; Llama 3.1 renders it as ``ipython``), not as a plain user message."""
+    tok = tokenizer_with(template)
+    chat = ChatTemplate(tok, tools_block="auto", tool_format="auto")
+    assert chat.tools_block == "native" and chat.observation_role == "tool"
+    assert shown in tok.decode(chat.observation_ids("OBS", []))
+    as_user = ChatTemplate(tok, tools_block="auto", tool_format="auto", observation_role="user")
+    assert shown not in tok.decode(as_user.observation_ids("OBS", []))
+
+
+def test_the_observation_role_stays_user_without_native_tools_or_a_tool_role() -> None:
+    assert tool_role(tokenizer_with(LLAMA3)) == "tool"
+    assert ChatTemplate(tokenizer_with(LLAMA3), tools_block="full", tool_format="auto").observation_role == "user"
+    assert ChatTemplate(tiny_tokenizer()).observation_role == "user"  # our own tool block: user turns
+    assert ChatTemplate(tokenizer_with(QWEN3_CODER), tools_block="auto", tool_format="auto").observation_role == "user"
+    refusing = tokenizer_with(REFUSES_TOOL)
+    assert tool_role(refusing) is None
+    assert ChatTemplate(refusing, tools_block="native", tool_format="auto").observation_role == "user"
+    given = ChatTemplate(tokenizer_with(LLAMA3), tools_block="auto", tool_format="auto", observation_role="user")
+    assert given.observation_role == "user"

@@ -150,32 +150,70 @@ def test_worked_example_package() -> None:
     assert weather_agent.__name__ == "weather_agent"
 
 
-def test_the_quickstart_on_the_custom_env_page_runs_as_written(tmp_path: Path) -> None:
-    """docs/envs/custom.md opens with examples/quickstart/convert_tools.py and two commands; both run."""
+def _page_commands(page: str) -> list[str]:
+    """The lines of the first ``bash`` block after the example on docs/envs/custom.md."""
+    block = page.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_quickstart_on_the_custom_env_page_runs_as_written_from_an_empty_folder(tmp_path: Path) -> None:
+    """docs/envs/custom.md shows examples/quickstart/convert_tools.py and the commands that run it; saved
+    in an empty folder, with prm-gym installed and no repository checkout around, each command runs
+    as written (the console scripts find the module in the current folder)."""
     import os
+    import shlex
+    import shutil
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
     example = root / "examples" / "quickstart" / "convert_tools.py"
-    assert example.read_text().rstrip() in (root / "docs" / "envs" / "custom.md").read_text()
-    played = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120)
-    assert played.returncode == 0, played.stderr[-2000:]
-    assert "reward +1.00" in played.stdout and "[ok]" in played.stdout
-    env = {**os.environ, "PYTHONPATH": str(example.parent), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "prm_gym.training.cli", "--imports", "convert_tools", "--env", "mylab/Convert-v0"]
-    cmd += [
-        "--steps",
-        "1",
-        "--group-size",
-        "2",
-        "--tasks-per-step",
-        "1",
-        "--output-dir",
-        str(tmp_path),
-        "--no-progress",
-    ]
-    cmd += ["--no-tensorboard", "--sampling.max-new-tokens", "4", "--eval.num-tasks", "1", "--eval.samples", "1"]
-    trained = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert trained.returncode == 0, trained.stderr[-2000:]
-    assert "trained 1 steps" in trained.stdout and (tmp_path / "metrics.jsonl").exists()
+    page = (root / "docs" / "envs" / "custom.md").read_text()
+    assert example.read_text().rstrip() in page
+    commands = _page_commands(page)
+    assert [c.split()[0] for c in commands] == ["python", "prm-play", "train-agent"]
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    shutil.copy(example, folder / "convert_tools.py")
+    bin_dir = Path(sys.executable).parent
+    # prm_gym from this checkout, as an installed package would be: on sys.path, the folder itself not
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    fast = ["--no-progress", "--no-tensorboard", "--group-size", "2", "--tasks-per-step", "1"]
+    fast += ["--sampling.max-new-tokens", "4", "--output-dir", str(tmp_path / "run")]
+    out = {}
+    for command in commands:
+        argv = shlex.split(command)
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        elif not (bin_dir / argv[0]).exists():
+            pytest.skip(f"{argv[0]} is not installed in {bin_dir} (pip install -e .)")
+        if argv[0] == "train-agent":
+            argv += fast
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=folder)
+        assert proc.returncode == 0, f"{command}: {proc.stderr[-2000:]}"
+        out[argv[0].rsplit("/", 1)[-1]] = proc
+    assert "reward +1.00" in out[Path(sys.executable).name].stdout
+    assert "gold: 39/39 tasks reach outcome 1.0" in out["prm-play"].stdout
+    trained = out["train-agent"]
+    assert "trained 2 steps" in trained.stdout and (tmp_path / "run" / "metrics.jsonl").exists()
+    assert "held-out (8 tasks scored)" in trained.stdout  # 8 of the example's test split, sized to 2 steps
+    assert "HeldOutOverlapWarning" not in trained.stderr
+
+
+def test_a_task_list_serving_training_and_eval_warns(tmp_path: Path) -> None:
+    """One task list for training and held-out eval: the run warns (eval/* would measure recall)."""
+    from prm_gym.training.config import EvalConfig, SamplingConfig, TrainConfig
+    from prm_gym.training.heldout import HeldOutOverlapWarning
+    from prm_gym.training.run import build_run
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(f'{{"id": "t{i}", "prompt": "{i} + 1?", "answer": "{i + 1}"}}\n' for i in range(6)))
+    base = dict(tasks=str(tasks), steps=1, output_dir=str(tmp_path / "run"), progress=False)
+    base.update(sampling=SamplingConfig(max_new_tokens=4), policy="hf:tiny")
+    with pytest.warns(HeldOutOverlapWarning, match="6 of the 6 held-out eval tasks are also training tasks"):
+        build_run(TrainConfig(**base))  # type: ignore[arg-type]
+    other = tmp_path / "heldout.jsonl"
+    other.write_text('{"id": "h0", "prompt": "40 + 2?", "answer": "42"}\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeldOutOverlapWarning)
+        build_run(TrainConfig(**base, eval=EvalConfig(tasks=str(other))))  # type: ignore[arg-type]

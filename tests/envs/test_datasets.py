@@ -383,3 +383,39 @@ def test_unreadable_data_is_a_task_error(tmp_path: Path, write: Callable[[Path],
     (tmp_path / "empty").mkdir()
     with pytest.raises(TaskError, match="no data here"):
         read_records(tmp_path / "empty")
+
+
+def test_a_spider_folder_of_jsonl_files_finds_its_own_databases(tmp_path: Path) -> None:
+    """A converted Spider folder (dev.jsonl beside database/, plus tables.json) reads as Spider: its
+    databases are looked for inside it (not one folder up) and tables.json is not read as tasks."""
+    root = write_sql_folder(tmp_path / "spider", "spider", SPIDER, "jsonl")
+    (root.parent / "data.jsonl").rename(root.parent / "dev.jsonl")
+    write_json([{"db_id": "pets", "table_names": ["pet"], "column_names": [[0, "name"]]}], root.parent / "tables.json")
+    _, tasks = load_dataset("spider", root.parent)
+    assert [t.answer for t in tasks] == [r["query"] for r in SPIDER]
+    assert all(Path(t.meta["db_path"]).parent.parent == root.parent / "database" for t in tasks)
+    env = gym.make("prm/SQL-v0", tasks=f"dataset:spider:{root.parent}")
+    env.close()
+
+
+def test_a_folder_of_data_files_leaves_tables_json_out(tmp_path: Path) -> None:
+    """A folder read as data (no Spider file names) with its own database/: tables*.json are schemas."""
+    folder = tmp_path / "mine"
+    write_sql_folder(folder, "spider", SPIDER, "parquet")
+    write_json([{"db_id": "pets", "table_names": ["pet"]}], folder / "tables.json")
+    write_json([{"db_id": "pets", "table_names": ["pet"]}], folder / "test_tables.json")
+    _, tasks = load_dataset("spider", folder)
+    assert [t.answer for t in tasks] == [r["query"] for r in SPIDER]
+
+
+def test_the_sql_env_takes_the_on_missing_its_message_suggests(tmp_path: Path) -> None:
+    root = write_sql_folder(tmp_path / "spider", "spider", SPIDER, "json")
+    write_json([*SPIDER, {"db_id": "gone", "question": "?", "query": "SELECT 1"}], root / "dev.json")
+    with pytest.raises(TaskError, match="on_missing='skip'"):
+        gym.make("prm/SQL-v0", tasks=str(root), split="dev")
+    env = gym.make("prm/SQL-v0", tasks=str(root), split="dev", on_missing="skip")
+    assert len(env.unwrapped.tasks) == len(SPIDER)
+    env.close()
+    env = gym.make("prm/SQL-v0", tasks=f"dataset:spider:{root}", split="dev", on_missing="skip")
+    assert len(env.unwrapped.tasks) == len(SPIDER)
+    env.close()

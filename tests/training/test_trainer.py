@@ -267,3 +267,33 @@ def test_bf16_precision_trains_fp32_weights_through_a_bf16_sampler(tmp_path: Pat
     assert torch.isfinite(torch.tensor(rows[0]["loss"]))
     assert run.policy.model.dtype == torch.float32 and run.policy.sample_dtype == "bfloat16"
     assert run.policy.sampler_model().dtype == torch.bfloat16
+
+
+def test_a_run_ends_with_a_summary_of_its_figures_and_outputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--env-kwargs", ENV_KW, "--steps", "1", "--group-size", "2", "--tasks-per-step", "1"]
+    argv += ["--sampling.max-new-tokens", "4", "--eval.num-tasks", "2", "--eval.samples", "1", "--no-progress"]
+    assert main([*argv, "--output-dir", str(tmp_path), "--no-tensorboard"]) == 0
+    out = capsys.readouterr().out
+    rows = read_metrics(tmp_path)
+    first, final = rows[0], rows[-1]
+    assert "trained 1 steps in " in out and f"outputs in {tmp_path}" in out
+    assert f"train reward (last step)    {rows[1]['reward']:.3f}" in out
+    assert "held-out (2 tasks scored)" in out and "before -> after" in out
+    assert f"success                   {first['eval/success']:.3f} -> {final['eval/success']:.3f}" in out
+    assert "files: checkpoint.pt, metrics.jsonl, reward.png" in out
+
+
+def test_the_default_eval_is_sized_to_the_run() -> None:
+    """Left at 0, held-out eval plays 8 tasks x 1 sample for a run under 10 steps (a 2-step run of a new
+    env is not dominated by 2 x 128 eval episodes), 16 x 2 under 50, 32 x 4 beyond and in --mode eval;
+    numbers given are kept, and samples cover the largest --eval.k."""
+    sizes = {s: (TrainConfig(steps=s).eval.num_tasks, TrainConfig(steps=s).eval.samples) for s in (2, 9, 10, 49, 50)}
+    assert sizes == {2: (8, 1), 9: (8, 1), 10: (16, 2), 49: (16, 2), 50: (32, 4)}
+    assert (TrainConfig(mode="eval").eval.num_tasks, TrainConfig(mode="eval").eval.samples) == (32, 4)
+    given = TrainConfig(steps=2, eval=EvalConfig(num_tasks=3, samples=5))
+    assert (given.eval.num_tasks, given.eval.samples) == (3, 5)
+    assert TrainConfig(steps=2, eval=EvalConfig(k=(1, 4))).eval.samples == 4
+    with pytest.raises(ConfigError, match=r"eval\.k"):
+        TrainConfig(steps=2, eval=EvalConfig(samples=2, k=(4,)))

@@ -29,9 +29,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from prm_gym.core.extras import missing_extra, require
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+except ImportError as _exc:
+    raise missing_extra(_exc, "serve", "the env server (prm-serve)") from None
 
 from prm_gym.envs.serve import auth
 from prm_gym.envs.serve.errors import HTTPError
@@ -136,7 +141,7 @@ def build_app(server: EnvServer) -> FastAPI:
 def serve_in_thread(server: EnvServer, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Run ``server`` under uvicorn in a daemon thread; yields its base URL and stops it on exit
     (which closes every session's env)."""
-    import uvicorn
+    uvicorn = require("uvicorn", "serve", "the env server (prm-serve)")
 
     auth.check_bind(host, server.cfg.token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -16,14 +16,14 @@ Play it with :class:`prm_gym.envs.remote.RemoteEnv` (a ``gymnasium.Env``), ``tra
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
 
 from prm_gym.core.errors import ConfigError, PRMError
+from prm_gym.core.extras import require
+from prm_gym.core.imports import import_modules
 from prm_gym.envs.serve import auth
-from prm_gym.envs.serve.app import build_app
 from prm_gym.envs.serve.limits import KwargBounds
 from prm_gym.envs.serve.sessions import DEFAULT_ALLOWED_KWARGS, EnvServer, ServerConfig
 
@@ -68,11 +68,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     )
     p.add_argument("--imports", action="append", default=[], help="a module to import first (third-party envs)")
     a = p.parse_args(argv)
-    for module in a.imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ConfigError(f"--imports {module}: {exc}") from exc
+    import_modules(a.imports)
     try:
         kwargs = json.loads(a.env_kwargs) if a.env_kwargs.strip() else {}
     except json.JSONDecodeError as exc:
@@ -101,10 +97,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``prm-serve``."""
-    import uvicorn
-
     try:
         cfg, host, port = parse_args(argv)
+        uvicorn = require("uvicorn", "serve", "the env server (prm-serve)")
+        from prm_gym.envs.serve.app import build_app
+
         server = EnvServer(cfg)
     except (PRMError, TypeError) as exc:
         print(f"prm-serve: error: {exc}", file=sys.stderr)

@@ -21,11 +21,10 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import gymnasium as gym
-from fastapi import FastAPI, Request
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.core.errors import ConfigError
@@ -33,6 +32,9 @@ from prm_gym.envs.serve import auth
 from prm_gym.envs.serve.errors import HTTPError
 from prm_gym.envs.serve.limits import KwargBounds, parse_json_object, read_body
 from prm_gym.envs.serve.worker import EnvCallError, EnvWorker, WorkerDied, WorkerTimeout, preload
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
 
 #: Session keyword arguments a client may set unless ``--allow-kwargs`` says otherwise: they pick
 #: which generated tasks a session plays, or how its policy writes tool calls (``tool_format``),
