@@ -28,6 +28,8 @@ accident or by forgery (``SELECT 'a' UNION ALL SELECT 'b'``, rows copied from ``
 output). So both queries also run on ``neighbours`` (default :data:`NEIGHBOURS` = 3) perturbed
 copies of the task's SQLite database, built once per database and cached on disk
 (:mod:`prm_gym.rewards.sql_neighbours`); only a query that computes the answer matches on all.
+Where the gold's rows are the same on all of them, up to 5 more are tried and the first where
+they differ joins (:data:`~prm_gym.rewards.sql_suite.EXTRA_NEIGHBOURS`).
 ``neighbours=0`` compares on the task's database alone; a PostgreSQL task (``db_dsn``) is
 compared on its own database only.
 
@@ -171,7 +173,8 @@ class ExecutionMatchJudge(_SQLJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         gold, pred = self.results(turn)
-        for i, (want, got) in enumerate(zip(gold.results, pred.results, strict=True)):
+        for i, want in enumerate(gold.results):  # stops at the first database where they differ
+            got = pred.on(i)
             if got is None:
                 return Verdict(0.0, detail=pred.why)
             if not results_match(want, got, ordered=gold.ordered, mode=self.mode):
@@ -224,16 +227,17 @@ class ResultOverlapJudge(_SQLJudge):
 
     def score_one(self, turn: Turn) -> Verdict:
         gold, pred = self.results(turn)
-        if pred.main is None:
-            return Verdict(0.0, detail=pred.why)
         worst = 1.0
-        for want, got in zip(gold.results, pred.results, strict=True):
+        for i, want in enumerate(gold.results):  # the lowest F1: stops at a first 0
+            got = pred.on(i)
             if got is None:
                 return Verdict(0.0, detail=pred.why)
             f1 = _row_f1(want, got)
-            if f1 < 1.0:
-                f1 = max(f1, _row_f1(want, Result(aligned_columns(want, got))))
+            if f1 < 1.0 and (aligned := aligned_columns(want, got)) is not got.rows:
+                f1 = max(f1, _row_f1(want, Result(aligned)))
             worst = min(worst, f1)
+            if worst == 0.0:
+                break
         return Verdict(worst)
 
 

@@ -52,7 +52,7 @@ SWAP = 0.4
 #: Fraction of numeric non-key values moved by up to 20%.
 JITTER = 0.3
 #: The most rows a neighbour keeps of one table (a longer table is sampled down to about this).
-MAX_TABLE_ROWS = 2000
+MAX_TABLE_ROWS = 1000
 
 _digests: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()

@@ -23,6 +23,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar
 
 from prm_gym.sandbox.sql_db import Database, SQLiteDatabase
@@ -37,6 +38,8 @@ _SPLIT_OPERATOR = re.compile(r"([<>!])\s+=")
 #: Column orders tried before a prediction is declared different (columns with equal contents
 #: are interchangeable, so real queries need a handful).
 MAX_COLUMN_ORDERS = 10_000
+#: The most rows of a prediction :func:`aligned_columns` reads to choose its column order.
+ALIGN_SAMPLE = 2000
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,8 @@ class ResultLimits:
     Attributes:
         rows: the most rows; a longer result is too large.
         bytes: the most bytes held (an estimate: Python objects of the rows); a bigger result is too
-            large. On SQLite no value may be longer than :attr:`value_bytes` (``bytes / 128``, at least
-            4 KiB: 1 MiB by default) while a judge reads it, so rows are fetched in chunks as large as
+            large. On SQLite no value may be longer than :attr:`value_bytes` (``bytes / 512``, at least
+            4 KiB: 256 KiB by default) while a judge reads it, so rows are fetched in chunks as large as
             the bytes left allow, and the bound holds whatever the rows hold.
     """
 
@@ -56,7 +59,7 @@ class ResultLimits:
 
     @property
     def value_bytes(self) -> int:
-        return max(4096, self.bytes // 128)
+        return max(4096, self.bytes // 512)
 
 
 class ResultTooLarge(Exception):
@@ -72,7 +75,6 @@ def repair_spacing(sql: str) -> str:
     return "".join(parts)
 
 
-_NUMBERS = frozenset({int, float, type(None)})
 _FETCH_CHUNK = 1024
 
 
@@ -98,19 +100,23 @@ def _row_cost(width: int, value_bytes: int) -> int:
 
 
 def _chunk_bytes(chunk: Sequence[tuple[Any, ...]]) -> int:
-    """:func:`row_bytes` summed over ``chunk``, column by column: a column of numbers, or of strings
-    only, or of blobs only, is sized by C loops (``map``); only a mixed column goes value by value."""
+    """:func:`row_bytes` summed over ``chunk`` (at most, NULLs counted as numbers), a column at a
+    time in C loops: a column of numbers (and NULLs) sums, one of strings or blobs (and NULLs) sums
+    its lengths; only a column that mixes numbers with text or blobs goes value by value."""
     if not chunk:
         return 0
     size = (56 + 8 * len(chunk[0])) * len(chunk)
     for col in zip(*chunk, strict=False):
-        kinds = set(map(type, col))
-        if kinds <= _NUMBERS:
-            size += 32 * len(col)
-        elif kinds == {str} or kinds == {bytes}:
-            size += sum(map(len, col)) + 49 * len(col)
-        else:
-            size += sum(len(v) + 49 if isinstance(v, str | bytes) else 32 for v in col)
+        size += 49 * len(col)
+        try:
+            sum(filter(None, col))  # numbers and NULLs only: anything else cannot be added
+            continue
+        except TypeError:
+            pass
+        try:
+            size += sum(map(len, filter(None, col)))  # strings or blobs and NULLs only
+        except TypeError:
+            size += sum(len(v) if isinstance(v, str | bytes) else 0 for v in col)
     return size
 
 
@@ -157,7 +163,7 @@ class Result:
         key = (i, distinct)
         hit = self._columns.get(key)
         if hit is None:
-            values = (r[i] for r in self.rows)
+            values = map(itemgetter(i), self.rows)
             hit = self._columns[key] = frozenset(values) if distinct else Counter(values)
         return hit
 
@@ -236,6 +242,13 @@ class ByteLRU(Generic[K, V]):
                 _, (_, freed) = self._items.popitem(last=False)
                 self.bytes -= freed
 
+    def discard(self, key: K) -> None:
+        """Drop ``key`` if held."""
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -243,7 +256,7 @@ class ByteLRU(Generic[K, V]):
 def _column_orders(gold: Result, pred: Result, distinct: bool) -> Iterator[tuple[int, ...]]:
     """Orders of ``pred``'s columns under which each column holds what the gold's column holds."""
     n = gold.width
-    options = [[j for j in range(n) if pred.column(j, distinct) == gold.column(i, distinct)] for i in range(n)]
+    options = [[j for j in range(n) if _equal(pred.column(j, distinct), gold.column(i, distinct))] for i in range(n)]
     chosen: list[int] = []
 
     def extend(i: int) -> Iterator[tuple[int, ...]]:
@@ -263,14 +276,16 @@ def aligned_columns(gold: Result | Rows, pred: Result | Rows) -> Rows:
     """``pred``'s rows with their columns reordered to best line up with the gold's (for partial credit).
 
     Each gold column, in turn, takes the unused predicted column whose values overlap it most
-    (as multisets); results of different widths, or empty ones, come back unchanged.
+    (as multisets; a prediction longer than :data:`ALIGN_SAMPLE` rows is judged by its first
+    rows); results of different widths, or empty ones, come back unchanged.
     """
     g, p = as_result(gold), as_result(pred)
     if not g.rows or not p.rows or g.width != p.width or p.width < 2:
         return p.rows
     n = g.width
     gold_cols = [g.column(i) for i in range(n)]
-    pred_cols = [p.column(j) for j in range(n)]
+    sample = p.rows[:ALIGN_SAMPLE]
+    pred_cols = [p.column(j) if len(p) <= ALIGN_SAMPLE else Counter(map(itemgetter(j), sample)) for j in range(n)]
     order: list[int] = []
     for i in range(n):
         free = [j for j in range(n) if j not in order]
@@ -281,11 +296,14 @@ def aligned_columns(gold: Result | Rows, pred: Result | Rows) -> Rows:
 
 
 def _common(a: Counter[Any] | frozenset[Any], b: Counter[Any] | frozenset[Any]) -> int:
-    """How many values two multisets share (with multiplicity)."""
+    """How many values two multisets share, with multiplicity (C loops: key views and ``map``)."""
     assert isinstance(a, Counter) and isinstance(b, Counter)
     if len(a) > len(b):
         a, b = b, a
-    return sum(min(k, b[v]) for v, k in a.items() if v in b)
+    shared = [k for k in a if k in b] if len(a) < 64 else a.keys() & b.keys()
+    if len(a) == a.total() or len(b) == b.total():  # no repeats on one side: each shared value counts once
+        return len(shared)
+    return sum(map(min, map(a.__getitem__, shared), map(b.__getitem__, shared)))
 
 
 def row_f1(gold: Result | Sequence[Hashable], pred: Result | Sequence[Hashable]) -> float:
@@ -295,7 +313,7 @@ def row_f1(gold: Result | Sequence[Hashable], pred: Result | Sequence[Hashable])
     n_gold, n_pred = g.total(), p.total()
     if not n_gold or not n_pred:
         return float(not n_gold and not n_pred)
-    same = n_gold if g == p else _common(g, p)
+    same = n_gold if _equal(g, p) else _common(g, p)
     if same == 0:
         return 0.0
     precision, recall = same / n_pred, same / n_gold
@@ -338,4 +356,12 @@ def _same(gold: Result, rows: Rows, pred: Result | None, distinct: bool, ordered
         return (pred.distinct() if pred is not None else frozenset(rows)) == gold.distinct()
     if ordered:
         return rows == gold.rows
-    return (pred.counter() if pred is not None else Counter(rows)) == gold.counter()
+    return _equal(pred.counter() if pred is not None else Counter(rows), gold.counter())
+
+
+def _equal(a: Counter[Any] | frozenset[Any], b: Counter[Any] | frozenset[Any]) -> bool:
+    """Whether two multisets (or sets) are equal. Counters compare as dicts, in C: the counters here
+    hold positive counts only, where that is the same as ``Counter.__eq__`` (a Python loop since 3.10)."""
+    if isinstance(a, Counter) and isinstance(b, Counter):
+        return dict.__eq__(a, b) is True
+    return a == b

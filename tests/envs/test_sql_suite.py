@@ -51,7 +51,7 @@ def _turn(task: Task, answer: str) -> Turn:
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
-    return list(generate_sql_tasks(120, seed=3, split="test", cache_dir=tmp_path_factory.mktemp("dbs")))
+    return list(generate_sql_tasks(300, seed=3, split="test", cache_dir=tmp_path_factory.mktemp("dbs")))
 
 
 def test_literal_rows_copied_from_run_query_score_zero(tasks: list[Task]) -> None:
@@ -72,7 +72,7 @@ def test_literal_rows_copied_from_run_query_score_zero(tasks: list[Task]) -> Non
 
 
 def test_generated_tasks_gold_scores_one_and_every_forgery_zero(tasks: list[Task]) -> None:
-    """120 generated tasks (all schemas and levels): the gold query still scores 1.0 on every judge
+    """300 generated tasks (all schemas and levels): the gold query still scores 1.0 on every judge
     that compares results, and the literal rows of its answer score 0 on execution match."""
     match, overlap = make_judge("rule/execution_match"), make_judge("rule/sql_result_overlap")
     forged = []
