@@ -16,7 +16,11 @@ runs skyrl-gym's own ``calculate_reward_single`` on the same cases and counts di
 with our ``mode="set"`` verdicts (which must be zero) and ``mode="multiset"`` verdicts (which
 differ by design where duplicates or the gold ORDER BY matter).
 
-Usage: ``python benchmarks/bench_sql.py [--checks 2000] [--reps 5] [--skyrl-python PATH]``
+Last, the judges on large results (``--large 10000,95000``, result rows; ``sql_large.py``): per-check
+time of ``rule/execution_match`` and of the four SQL judges of the default judge against the same
+plain-sqlite3 baseline, rounds alternated, conditions printed.
+
+Usage: ``python benchmarks/bench_sql.py [--checks 2000] [--reps 5] [--skyrl-python PATH] [--large 10000,95000]``
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import sql_large
 from fresh_text import fresh_sql
 from peer_client import not_installed, peer_python
 from result_line import emit, skipped, spread
@@ -83,30 +88,33 @@ def baseline_check(db_path: str, gold: str, pred: str) -> bool:
         conn.close()
 
 
-def alternated(cases: list[tuple[Task, str]], reps: int) -> tuple[list[float], list[float]]:
-    """Seconds per round of our judge and of the baseline, rounds alternated, each round (and the
+def alternated(cases: list[tuple[Task, str]], reps: int) -> dict[str, list[float]]:
+    """Seconds per round of our judge (on the task's database alone, like the baseline, and with its
+    3 neighbour databases, as shipped) and of the baseline, rounds alternated, each round (and the
     warm-up) on predicted queries in a text of its own."""
-    judge = ExecutionMatchJudge()
-    ours, base = [], []
+    judges = {"one": ExecutionMatchJudge(neighbours=0), "suite": ExecutionMatchJudge()}
+    times: dict[str, list[float]] = {"one": [], "suite": [], "baseline": []}
     for rnd in range(reps + 1):  # round 0 warms up
-        preds = [fresh_sql(p, f"r{rnd}_{i}") for i, (_, p) in enumerate(cases)]
-        turns = [
-            Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True)
-            for (t, _), p in zip(cases, preds, strict=True)
-        ]
-        t0 = time.perf_counter()
-        verdicts = judge.score(turns)
-        t1 = time.perf_counter()
-        if rnd == 0:  # the fresh text changes no verdict
-            plain = [Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True) for t, p in cases]
-            assert [v.score for v in verdicts] == [v.score for v in ExecutionMatchJudge().score(plain)]
-        for (t, _), p in zip(cases, preds, strict=True):
-            baseline_check(str(t.meta["db_path"]), str(t.answer), p)
-        t2 = time.perf_counter()
-        if rnd:
-            ours.append(t1 - t0)
-            base.append(t2 - t1)
-    return ours, base
+        sides = ["one", "suite", "baseline"]
+        for side in sides[rnd % 3 :] + sides[: rnd % 3]:
+            preds = [fresh_sql(p, f"r{rnd}_{side}_{i}") for i, (_, p) in enumerate(cases)]
+            turns = [
+                Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True)
+                for (t, _), p in zip(cases, preds, strict=True)
+            ]
+            t0 = time.perf_counter()
+            if side == "baseline":
+                for (t, _), p in zip(cases, preds, strict=True):
+                    baseline_check(str(t.meta["db_path"]), str(t.answer), p)
+            else:
+                verdicts = judges[side].score(turns)
+            took = time.perf_counter() - t0
+            if rnd == 0 and side != "baseline":  # the fresh text changes no verdict
+                plain = [Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True) for t, p in cases]
+                assert [v.score for v in verdicts] == [v.score for v in judges[side].score(plain)]
+            if rnd:
+                times[side].append(took)
+    return times
 
 
 def report(name: str, n: int, times: list[float]) -> tuple[float, str]:
@@ -131,7 +139,8 @@ def agreement(cases: list[tuple[Task, str]], turns: list[Turn], skyrl_python: st
     skyrl_s = time.perf_counter() - t0
     theirs = [float(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])]
     for mode in ("set", "multiset"):
-        ours = [v.score for v in ExecutionMatchJudge(mode=mode).score(turns)]
+        # skyrl-gym compares on the task's database alone: so do we here (neighbours=0)
+        ours = [v.score for v in ExecutionMatchJudge(mode=mode, neighbours=0).score(turns)]
         diff = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
         print(f"agreement with skyrl-gym, mode={mode:<8}: {len(cases) - len(diff)}/{len(cases)} cases agree")
         emit(
@@ -154,6 +163,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--skyrl-python", default="", help="default: $SKYRL_PYTHON, else make bench-peers' venv")
+    ap.add_argument("--large", default="10000,95000", help="result sizes (rows) of the large-result rows; '' skips")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmpdir:
         tmp = Path(tmpdir)
@@ -162,21 +172,26 @@ def main() -> None:
         print(
             f"{len(cases)} execution-match checks over {len({t.meta['db_path'] for t, _ in cases})} generated databases"
         )
-        ours_t, base_t = alternated(cases, args.reps)
-        ours = report("rule/execution_match (multiset)", len(cases), ours_t)
-        base = report("baseline: fresh connection + set compare", len(cases), base_t)
-        print(f"ratio ours / baseline: {ours[0] / base[0]:.1f}x")
-        emit(
-            "sql",
-            "execution-match checks",
-            ours[0],
-            base[0],
+        times = alternated(cases, args.reps)
+        base = report("baseline: fresh connection + set compare", len(cases), times["baseline"])
+        common = (
             "fresh connection + set compare per check (skyrl-gym's approach); both sides get query text no "
-            "earlier round used (no text cache answers), rounds alternated",
-            "checks/s",
-            "higher",
-            f"ours {ours[1]}, baseline {base[1]}",
+            "earlier round used (no text cache answers), rounds alternated"
         )
+        for side, row, label, note in (
+            ("one", "execution-match checks", "rule/execution_match(neighbours=0)", "both on the task's database"),
+            (
+                "suite",
+                "execution-match checks, test suite (3 neighbour databases)",
+                "rule/execution_match (3 neighbours)",
+                "ours as shipped: also on 3 neighbour databases wherever the task's database matches "
+                "(test-suite execution match; the baseline compares on one database)",
+            ),
+        ):
+            ours = report(label, len(cases), times[side])
+            print(f"ratio ours / baseline: {ours[0] / base[0]:.2f}x")
+            spreads = f"ours {ours[1]}, baseline {base[1]}"
+            emit("sql", row, ours[0], base[0], common, "checks/s", "higher", spreads, note)
         skyrl_python = peer_python("skyrl", args.skyrl_python)
         if not skyrl_python.exists():
             why = f"skyrl-gym {not_installed(skyrl_python)}"
@@ -197,6 +212,9 @@ def main() -> None:
                 for t, p in cases
             ]
             agreement(sk_cases, turns, str(skyrl_python), tmp)
+        sizes = [int(x) for x in args.large.split(",") if x.strip()]
+        if sizes:
+            sql_large.run(sizes, args.reps, tmp)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prm_gym.core.errors import ToolError
+from prm_gym.core.errors import SandboxError, ToolError
 from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
@@ -76,15 +76,18 @@ class CodeEnv(ToolEnv):
       Sandbox; ``sandbox_kwargs``: its keyword arguments (for ``docker``: ``image``, an image
       already on the daemon, e.g. one built offline by ``python -m prm_gym.sandbox.docker_image``,
       and ``base_url``, the daemon; a missing daemon or image fails when the env is made, with the
-      fix); ``judge_sandbox``: backend of the unit-test judge (``bwrap``, ``bwrap-pool`` or
-      ``process``: it needs two interactive sandboxes per grading); ``timeout_s``: per ``python``
+      fix); ``judge_sandbox``: backend of the unit-test judge (``bwrap-pool`` default, ``bwrap``
+      or ``process``: it needs two interactive sandboxes per grading). Both sandboxes start with
+      the env (a warm pool's workers are ready before the first step) and stop with ``close()``;
+      ``timeout_s``: per ``python``
       call; ``test_timeout_s``: one task's whole test run when grading (default 3 s, HumanEval's).
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
 
     ## Version History
     * v0: initial version; the tests run apart from the solution (no reward forgery), a
       3 s default test limit (``test_timeout_s``), unfenced completions graded like fenced ones;
-      ``sandbox_kwargs``, and a Docker sandbox checked when the env is made.
+      ``sandbox_kwargs``, and a Docker sandbox checked when the env is made; the tool and the
+      unit-test judge run on warm pools started with the env.
     """
 
     def __init__(
@@ -96,7 +99,7 @@ class CodeEnv(ToolEnv):
         task_seed: int = 0,
         sandbox: str | Sandbox = "bwrap-pool",
         sandbox_kwargs: dict[str, Any] | None = None,
-        judge_sandbox: str = "bwrap",
+        judge_sandbox: str = "bwrap-pool",
         timeout_s: float = 10.0,
         test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
         judge: str | JudgeSpec = DEFAULT_JUDGE,
@@ -120,10 +123,29 @@ class CodeEnv(ToolEnv):
             jk[jid] = {**jk.get(jid, {}), **extra}
         self._sandbox_spec = sandbox
         self._sandbox_kwargs = dict(sandbox_kwargs or {})
-        self._sandbox: Sandbox | None = sandbox if not isinstance(sandbox, str) else None
-        if sandbox == "docker":  # the daemon and the image are checked now, not on the first turn
-            self._sandbox = make_sandbox("docker", **self._sandbox_kwargs)
+        # started now, with the env: a warm pool's workers get ready while the first prompt is sampled,
+        # and a missing daemon, image or bubblewrap fails here, not on the first turn
+        box = make_sandbox(sandbox, **self._sandbox_kwargs) if isinstance(sandbox, str) else sandbox
+        self._sandbox: Sandbox | None = box
         self.timeout_s = timeout_s
+        try:
+            self._init_env(task_set, judge, max_turns, jk, **kwargs)
+        except BaseException:
+            if isinstance(sandbox, str):
+                box.close()
+            raise
+        try:
+            for _, judge_ in self.judges:
+                start = getattr(judge_, "start", None)
+                if callable(start):
+                    start()  # the unit-test judge's sandbox (a warm pool by default) starts with the env
+        except BaseException:
+            self.close()
+            raise
+
+    def _init_env(
+        self, task_set: TaskSet, judge: str | JudgeSpec, max_turns: int, jk: dict[str, dict[str, Any]], **kwargs: Any
+    ) -> None:
         super().__init__(
             task_set,
             tools=[Tool.from_function(self.python, name="python")],
@@ -140,10 +162,9 @@ class CodeEnv(ToolEnv):
 
     @property
     def sandbox(self) -> Sandbox:
-        """The sandbox of the ``python`` tool, started on first use."""
+        """The sandbox of the ``python`` tool, started with the env."""
         if self._sandbox is None:
-            assert isinstance(self._sandbox_spec, str)
-            self._sandbox = make_sandbox(self._sandbox_spec, **self._sandbox_kwargs)
+            raise SandboxError("the env is closed; make a new one.")
         return self._sandbox
 
     def python(self, code: str) -> str:

@@ -64,12 +64,19 @@ class SQLEnv(ToolEnv):
 
     ## Rewards
     The default judge is ``DEFAULT_JUDGE``: ``reward_outcome`` is 1 when the submitted query's
-    result equals the gold result (multiset, ordered when the gold query orders); partial credit
+    result equals the gold result (multiset, ordered when the gold query orders) on the task's
+    database AND on 3 neighbour databases (Spider's test-suite evaluation: perturbed copies with
+    the same schema and other rows, built once per database and cached), so rows copied from
+    ``run_query``'s output as literals score 0; partial credit
     ``reward_syntax`` (0.1 x sqlglot-parses/executes), ``reward_schema`` (0.1 x table/column
-    Jaccard with the gold query), ``reward_overlap`` (0.1 x row F1); per turn ``reward_explore``
+    Jaccard with the gold query), ``reward_overlap`` (0.1 x row F1, the lowest over the same
+    databases); per turn ``reward_explore``
     (0.05 x fraction of fresh successful tool calls), ``reward_format`` (-0.1 on a malformed
     turn) and ``reward_tool`` (-0.1 x fraction of failed calls). Weights are the judge
-    expression's; see :mod:`prm_gym.rewards.sql_match`.
+    expression's; see :mod:`prm_gym.rewards.sql_match`. The submitted query runs once per database
+    for all the judges, under one deadline (5 s) for the whole verdict: a query past it scores 0.
+    A gold result past the judges' bounds (1,000,000 rows, 128 MiB) is not scored: the turn's
+    ``reward_status`` is ``"infra_error"`` and ``info["judge"]`` names the knobs to raise.
 
     ## Episode End
     Terminated when a query is submitted. Truncated after ``max_turns`` turns.
@@ -97,7 +104,9 @@ class SQLEnv(ToolEnv):
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 8).
 
     ## Version History
-    * v0: initial version; ``backend="postgres"`` added (a throwaway server or ``pg_dsn``).
+    * v0: initial version; ``backend="postgres"`` added (a throwaway server or ``pg_dsn``);
+      execution match on neighbour databases too (literal rows no longer match), one deadline per
+      verdict, result bounds raised to 1,000,000 rows.
     """
 
     def __init__(

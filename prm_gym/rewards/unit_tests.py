@@ -298,6 +298,10 @@ class UnitTestsJudge:
             self._sandbox = make_sandbox(self.backend)
         return self._sandbox
 
+    def start(self) -> None:
+        """Start the sandbox now (a warm pool starts its workers), not at the first grading."""
+        _ = self.sandbox
+
     def report(self, turn: Turn) -> TestReport:
         """The test report of the turn's answer (memoised by program, tests and time limit)."""
         program = build_program(turn.answer or "", turn.task.meta)

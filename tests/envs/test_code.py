@@ -11,7 +11,9 @@ from prm_gym.core.parsing import format_tool_call
 from prm_gym.envs.code import CodeEnv
 from prm_gym.envs.code_gen import generate_code_tasks
 from prm_gym.envs.code_tasks import load_code_file, load_humaneval
+from prm_gym.rewards.unit_tests import UnitTestsJudge
 from prm_gym.sandbox.bwrap import BwrapSandbox
+from prm_gym.sandbox.pool import WarmPool
 
 HUMANEVAL = load_humaneval()
 
@@ -178,3 +180,21 @@ def test_tests_may_use_a_module_only_the_solution_imports():
         # a program's own top-level `math` is never what the tests call
         fake = "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0.0\n"
         assert _grade(env, "m", fake)["reward_outcome"] == 0.0
+
+
+def test_the_tool_and_the_judge_run_on_warm_pools_started_with_the_env():
+    """By default the python tool and the unit-test judges run on bubblewrap warm pools, whose
+    workers start when the env is made (before any step) and stop when it closes."""
+    tasks = generate_code_tasks(3, seed=5)
+    env = CodeEnv(tasks)
+    try:
+        judges = [j for _, j in env.judges if isinstance(j, UnitTestsJudge)]
+        pools = [env.sandbox] + [j.sandbox for j in judges]
+        assert len(judges) == 2 and all(isinstance(p, WarmPool) and p.name == "bwrap-pool" for p in pools)
+        assert all(p.wait_ready(30) for p in pools)  # ready before the first step
+        task = next(iter(tasks))
+        info = _grade(env, task.id, task.answer)
+        assert info["reward_outcome"] == pytest.approx(1.0)
+    finally:
+        env.close()
+    assert all(p.ready_count() == 0 for p in pools)

@@ -114,9 +114,10 @@ def _shape(shape: Any) -> list[Any]:
     return [shape.read_only, None if shape.items is None else sorted(shape.items), shape.orders]
 
 
-def verdicts(cases: list[tuple[Task, str]]) -> list[dict[str, Any]]:
-    """Each case's judge scores and parse results, in the golden file's form."""
-    judges = [make_judge(j) for j in JUDGES]
+def verdicts(cases: list[tuple[Task, str]], neighbours: int = 0) -> list[dict[str, Any]]:
+    """Each case's judge scores and parse results, in the golden file's form (the golden file was
+    written before the test suite: on each task's database alone, ``neighbours=0``)."""
+    judges = [make_judge(j, neighbours=neighbours) for j in JUDGES]
     rows = []
     for task, pred in cases:
         turn = Turn(task, 0, format_answer(pred), parse_action(format_answer(pred)), final=True)
@@ -135,6 +136,24 @@ def test_the_sql_judges_verdicts_are_those_of_the_old_code(tmp_path: Path) -> No
     assert len(got) == len(expected) == 134
     for old, new in zip(expected, got, strict=True):
         assert new == old, f"{old['pred']!r} against {old['gold']!r}"
+
+
+def test_the_test_suite_only_takes_away_credit_from_queries_that_do_not_compute_the_answer(tmp_path: Path) -> None:
+    """With neighbour databases (the default), no score goes up; execution match changes for one
+    pair only, a query right on the shop database by accident (customers of Oslo who ordered are not
+    the customers with an order over 8), and result overlap only goes down."""
+    expected = json.loads(GOLDEN.read_text())
+    got = verdicts(corpus(tmp_path), neighbours=3)
+    changed = []
+    for old, new in zip(expected, got, strict=True):
+        assert all(new[j] <= old[j] for j in JUDGES), (old, new)
+        assert new["rule/sql_syntax"] == old["rule/sql_syntax"] and new["shape"] == old["shape"]
+        if new["rule/execution_match"] != old["rule/execution_match"]:
+            changed.append((old["gold"], old["pred"]))
+        if old["pred"] == old["gold"]:
+            assert new["rule/execution_match"] == new["rule/sql_result_overlap"] == 1.0
+    accident = "SELECT name FROM customers WHERE city = 'Oslo' AND id IN (SELECT customer_id FROM orders)"
+    assert changed == [(SHOP_GOLDS[0], accident)]
 
 
 def test_each_query_is_parsed_once_whichever_judges_score_it_and_in_whatever_batches(tmp_path: Path) -> None:

@@ -1,0 +1,182 @@
+"""Test-suite execution match (neighbour databases), one deadline per verdict, large results."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prm_gym.core.parsing import format_answer, parse_action
+from prm_gym.core.tasks import Task
+from prm_gym.envs.sql import SQLEnv
+from prm_gym.envs.sql_tasks import generate_sql_tasks
+from prm_gym.rewards.registry import make_judge
+from prm_gym.rewards.sql_match import DATABASES
+from prm_gym.rewards.sql_neighbours import build_neighbour, neighbours
+from prm_gym.rewards.types import Turn
+
+ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
+
+
+def literal(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return repr(v)
+
+
+def forgery(rows: list[tuple[Any, ...]]) -> str:
+    """The rows an agent saw through run_query, typed back as a query of literals."""
+    if not rows:
+        return "SELECT 1 WHERE 0"
+    return " UNION ALL ".join("SELECT " + ", ".join(literal(v) for v in r) for r in rows)
+
+
+def rows_of(task: Task) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(task.meta["db_path"])
+    try:
+        return conn.execute(str(task.answer)).fetchall()
+    finally:
+        conn.close()
+
+
+def _turn(task: Task, answer: str) -> Turn:
+    return Turn(task, 0, format_answer(answer), parse_action(format_answer(answer)), final=True)
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
+    return list(generate_sql_tasks(300, seed=3, split="test", cache_dir=tmp_path_factory.mktemp("dbs")))
+
+
+def test_literal_rows_copied_from_run_query_score_zero(tasks: list[Task]) -> None:
+    """The issue's forgery, through the env: the gold's rows typed back as literals score 0, while
+    on the task's database alone (neighbours=0, what the old judge did) they scored 1."""
+    task = next(t for t in tasks if len(rows_of(t)) >= 2)
+    answer = f"<answer>{forgery(rows_of(task))}</answer>"
+    for count, want in ((3, 0.0), (0, 1.0)):
+        env = SQLEnv([task], judge="rule/execution_match", judge_kwargs={"rule/execution_match": {"neighbours": count}})
+        try:
+            env.reset(seed=0)
+            _, reward, terminated, _, info = env.step(answer)
+        finally:
+            env.close()
+        assert terminated and info["reward_status"] == "ok" and reward == want, info["judge"]
+    detail = make_judge("rule/execution_match").score([_turn(task, forgery(rows_of(task)))])[0].detail
+    assert "neighbour" in detail and "does not compute the answer" in detail
+
+
+def test_generated_tasks_gold_scores_one_and_every_forgery_zero(tasks: list[Task]) -> None:
+    """300 generated tasks (all schemas and levels): the gold query still scores 1.0 on every judge
+    that compares results, and the literal rows of its answer score 0 on execution match."""
+    match, overlap = make_judge("rule/execution_match"), make_judge("rule/sql_result_overlap")
+    forged = []
+    for task in tasks:
+        gold = _turn(task, str(task.answer))
+        assert match.score([gold])[0].score == 1.0 and overlap.score([gold])[0].score == 1.0, task.answer
+        if match.score([_turn(task, forgery(rows_of(task)))])[0].score != 0.0:
+            forged.append(task.answer)
+    assert forged == []
+    assert {t.meta.get("level") for t in tasks} >= {1, 2, 3, 4} or len({t.meta["db_id"] for t in tasks}) >= 3
+
+
+def test_neighbours_are_deterministic_same_schema_other_rows(tasks: list[Task], tmp_path: Path) -> None:
+    src = Path(tasks[0].meta["db_path"])
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    build_neighbour(src, a, random.Random("seed"))
+    build_neighbour(src, b, random.Random("seed"))
+    dump = {p: list(sqlite3.connect(p).iterdump()) for p in (src, a, b)}
+    assert dump[a] == dump[b] and dump[a] != dump[src]
+    schema = "SELECT type, name, sql FROM sqlite_master ORDER BY name"
+    assert sqlite3.connect(a).execute(schema).fetchall() == sqlite3.connect(src).execute(schema).fetchall()
+    first, again = neighbours(src, 3), neighbours(src, 3)
+    assert first == again and len(set(first)) == 3 and all(p.is_file() for p in first)
+
+
+def test_one_deadline_for_a_whole_verdict(tasks: list[Task]) -> None:
+    """A query that never ends, judged by three SQL judges each with its own time limit and on four
+    databases: it runs under the first judge's deadline once, for all of them (the old judges ran
+    it again for each judge whose limit differed: 1 + 1.5 + 2 s here), and it is the agent's 0."""
+    limits = {"rule/execution_match": 1.0, "rule/sql_syntax": 1.5, "rule/sql_result_overlap": 2.0}
+    env = SQLEnv(
+        [tasks[0]],
+        judge="rule/execution_match + 0.1*rule/sql_syntax + 0.1*rule/sql_result_overlap",
+        judge_kwargs={name: {"timeout_s": s} for name, s in limits.items()},
+    )
+    try:
+        env.reset(seed=0)
+        t0 = time.perf_counter()
+        _, reward, _, _, info = env.step(f"<answer>{ENDLESS}</answer>")
+        took = time.perf_counter() - t0
+    finally:
+        env.close()
+    assert info["reward_status"] == "ok" and reward == pytest.approx(0.05)  # parses: half the syntax credit
+    assert info["judge"]["rule/execution_match"]["score"] == 0.0
+    print(f"endless answer, three SQL judges (limits 1, 1.5, 2 s), four databases: the verdict took {took:.2f} s")
+    assert took < 1.9, f"the verdict took {took:.2f} s for one deadline of 1 s"
+
+
+def test_a_slow_query_shares_one_deadline_across_the_neighbours(tasks: list[Task]) -> None:
+    """A right answer that takes about 0.8 s on each of four databases (here; it counts to a million)
+    ends at the verdict's one deadline of 1 s for all of them, scored 0 (on one database it matched)."""
+    slow = (
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 1000000) "
+        f"SELECT * FROM ({tasks[0].answer}) WHERE (SELECT count(*) FROM r) > 0"
+    )
+    judge = make_judge("rule/execution_match", timeout_s=1.0)
+    t0 = time.perf_counter()
+    verdict = judge.score([_turn(tasks[0], slow)])[0]
+    took = time.perf_counter() - t0
+    print(f"a 0.8 s-per-database answer, one 1 s deadline over four databases: {took:.2f} s, {verdict.detail!r}")
+    assert took < 1.9 and verdict.score == 0.0 and "time limit" in verdict.detail, (took, verdict)
+
+
+@pytest.fixture(scope="module")
+def big_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("big") / "big.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, amount REAL)")
+    conn.execute(
+        "INSERT INTO events WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 150000) "
+        "SELECT n, 'kind' || (n % 7), n * 0.5 FROM r"
+    )
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_a_gold_result_past_100k_rows_is_judged(big_db: Path) -> None:
+    """150,000 result rows: the old 100k bound made the gold query fail; now it is judged, both ways."""
+    task = Task("big", "q", "SELECT kind, amount FROM events", {"db_path": str(big_db), "db_id": "big"})
+    judge = make_judge("rule/execution_match")
+    assert judge.score([_turn(task, "SELECT amount, kind FROM events ORDER BY id DESC")])[0].score == 1.0
+    assert judge.score([_turn(task, "SELECT kind, amount FROM events WHERE id > 1")])[0].score == 0.0
+
+
+def test_a_gold_result_past_the_bound_is_a_flagged_verdict_not_a_zero(big_db: Path) -> None:
+    task = Task("big", "q", "SELECT kind, amount FROM events", {"db_path": str(big_db), "db_id": "big"})
+    env = SQLEnv([task], judge="rule/execution_match", judge_kwargs={"rule/execution_match": {"max_rows": 100_000}})
+    try:
+        env.reset(seed=0)
+        _, reward, _, _, info = env.step("<answer>SELECT kind, amount FROM events</answer>")
+    finally:
+        env.close()
+    error = info["judge"]["rule/execution_match"]["error"]
+    assert info["reward_status"] == "infra_error" and reward == 0.0
+    assert error.startswith("GoldTooLarge") and "more than 100000 rows" in error and "max_rows" in error
+
+
+def test_the_judges_share_the_gold_statistics(big_db: Path) -> None:
+    """The gold's multiset is computed once per task, not once per verdict."""
+    task = Task("big", "q", "SELECT kind FROM events", {"db_path": str(big_db), "db_id": "big"})
+    judge = make_judge("rule/execution_match", neighbours=0)
+    judge.score([_turn(task, "SELECT kind FROM events WHERE id > 0")])
+    gold = DATABASES.gold(_turn(task, "x"), 5.0, judge.limits, 0).results[0]  # type: ignore[attr-defined]
+    counter = gold.counter()
+    judge.score([_turn(task, "SELECT kind FROM events WHERE id < 150001")])
+    assert gold.counter() is counter
