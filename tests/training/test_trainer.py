@@ -171,7 +171,9 @@ def test_async_training_records_staleness(tmp_path: Path) -> None:
 
 
 def test_tree_grpo_training_step(tmp_path: Path) -> None:
-    cfg = small(tmp_path, steps=1, algo="tree-grpo", group_size=4, tree=TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1))
+    cfg = small(
+        tmp_path, steps=1, algo="tree-grpo", group_size=4, tree=TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
+    )
     train(cfg)
     row = next(r for r in read_metrics(tmp_path) if "reward" in r)
     assert row["trained_rows"] + row["excluded_trajectories"] == 4
