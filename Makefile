@@ -11,7 +11,7 @@ EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,s
 APT_PACKAGES := bubblewrap postgresql docker.io
 APT_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) $(if $(shell command -v dockerd),,docker.io))
 
-.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-roots compare-process compare-async bench bench-peers clean
+.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -103,6 +103,23 @@ compare compare-tree compare-roots compare-process compare-async: setup
 		--which $(COMPARE_WHICH) --seed {} --threads 1 --output-dir runs/compare
 	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --which $(COMPARE_WHICH) \
 		--seeds $(COMPARE_SEEDS) --output-dir runs/compare
+
+## The comparisons on prm/Search-v0 multi-hop questions, sparse outcome (docs/learning.md): Tree-GRPO vs chain
+## GRPO at equal tokens per step and at equal trajectories; outcome only vs retrieval credit vs IGPO's
+## information gain. Same protocol: one search SFT warm start per seed, finished runs reused.
+SEARCH_FLAGS ?= --policy hf:tiny
+SEARCH_OUT ?= runs/compare-search
+SEARCH_WHICH = $(or $(patsubst compare-search-%,%,$(filter compare-search-%,$@)),all)
+compare-search compare-search-tree compare-search-process: setup
+	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m prm_gym.training.compare \
+		--task search --which $(SEARCH_WHICH) --seed {} --threads 1 --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --task search --which $(SEARCH_WHICH) \
+		--seeds $(COMPARE_SEEDS) --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
+
+## On one H200-class GPU (vLLM engine in process), at most 10 min: the learn study with larger groups and 500
+## held-out tasks, and the search process-reward comparison (SmolLM2, 3 seeds). Stops at once without a GPU.
+gpu-learn: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/gpu_learn.py --output-dir runs/gpu-learn
 
 ## Every benchmark in benchmarks/, written to docs/benchmarks.md (installs the peer suites first when it can).
 bench: setup

@@ -108,7 +108,9 @@ class SearchEnv(ToolEnv):
       and ``bm25`` also take a ``.jsonl`` corpus, indexed in memory).
     * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
       world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator
-      (``split`` also picks the split of a dataset folder holding several).
+      (``split`` also picks the split of a dataset folder holding several); ``question_kinds``:
+      ``all`` (default), ``single`` or ``multi`` (only multi-hop questions: two or three searches,
+      the answer reachable only through a bridge entity).
     * ``retrieval_timeout_s``: the total deadline of one HTTP retrieval (default 2 s);
       ``judge``, ``max_turns`` (default 4).
 
@@ -128,6 +130,7 @@ class SearchEnv(ToolEnv):
         split: str = "train",
         num_tasks: int = 1000,
         task_seed: int = 0,
+        question_kinds: str = "all",
         retrieval_timeout_s: float = DEFAULT_RETRIEVAL_TIMEOUT_S,
         judge: str | JudgeSpec = "rule/exact_match + 0.1*rule/format + 0.2*rule/retrieval",
         max_turns: int = 4,
@@ -140,7 +143,7 @@ class SearchEnv(ToolEnv):
         task_set = as_task_set(
             tasks,
             file_loader("prm/Search-v0", split, load_qa_file),
-            lambda: generate_search_tasks(world, num_tasks, task_seed, split),  # type: ignore[arg-type]
+            lambda: generate_search_tasks(world, num_tasks, task_seed, split, question_kinds),  # type: ignore[arg-type]
             qa_record,
         )
         self.topk = topk

@@ -234,14 +234,19 @@ def _by_name(w: World) -> dict[str, Mapping[str, Any]]:
     return {e["name"]: e for kind in (w.countries, w.cities, w.companies, w.people) for e in kind}
 
 
+_KINDS = {"all": (0, 8), "single": (0, 4), "multi": (4, 8)}
+"""Question kinds of the generator: its question shapes 0-3 are single-hop, 4-7 multi-hop."""
+
+
 def _question(
-    w: World, names: dict[str, Mapping[str, Any]], rng: np.random.Generator
+    w: World, names: dict[str, Mapping[str, Any]], rng: np.random.Generator, kinds: str = "all"
 ) -> tuple[str, str, list[str], str]:
-    """(question, answer, gold passage ids, kind) for one random question."""
+    """(question, answer, gold passage ids, kind) for one random question of ``kinds``."""
     p = w.people[int(rng.integers(len(w.people)))]
     city, comp = names[p["born_in"]], names[p["employer"]]
     country = names[city["country"]]
-    kind = int(rng.integers(8))
+    low, high = _KINDS[kinds]
+    kind = int(rng.integers(high)) if low == 0 else low + int(rng.integers(high - low))
     if kind == 0:
         return f"In which city was {p['name']} born?", city["name"], [p["id"]], "single"
     if kind == 1:
@@ -270,23 +275,33 @@ def _question(
 
 
 @generated_once()
-def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "train") -> TaskSet:
-    """``n`` single- and multi-hop questions about ``w``; ``meta`` holds gold ids and hops.
+def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "train", kinds: str = "all") -> TaskSet:
+    """``n`` questions about ``w``; ``meta`` holds gold ids (in hop order) and hops.
 
+    ``kinds``: ``"all"`` (single- and multi-hop, the default), ``"single"`` or ``"multi"`` (only
+    multi-hop questions: 2 or 3 passages, the answer in the last one, reachable only through the
+    bridge entity named in the one before: the person's city, company or country; a question whose
+    answer the first passage already holds, such as a founder asking about himself, is drawn again).
     Generated once per process for each world (by identity) and arguments, and shared.
     """
+    if kinds not in _KINDS:
+        raise TaskError(f"kinds must be one of {sorted(_KINDS)}, got {kinds!r}.")
     if split not in _SPLITS:
         raise TaskError(f"split must be one of {sorted(_SPLITS)}, got {split!r}.")
     if n < 1:
         raise TaskError(f"the number of tasks must be >= 1, got {n}.")
     rng = np.random.default_rng([seed, _SPLITS[split], 11])
     names = _by_name(w)
+    texts = {p.id: p.text for p in world_passages(w)} if kinds == "multi" else {}
     tasks = []
     for k in track(range(n), desc="search tasks", unit="task"):
-        q, a, gold, kind = _question(w, names, rng)
+        q, a, gold, kind = _question(w, names, rng, kinds)
+        while kinds == "multi" and a in texts[gold[0]]:  # e.g. the founder is the person asked about
+            q, a, gold, kind = _question(w, names, rng, kinds)
         meta = {"gold_ids": gold, "hops": len(gold), "kind": kind}
         tasks.append(Task(f"search-{split}-{seed}-{k:05d}", q, [a], meta))
-    return TaskSet(tasks, name=f"generated search ({split}, seed {seed})")
+    label = "" if kinds == "all" else f", {kinds}-hop only"
+    return TaskSet(tasks, name=f"generated search ({split}, seed {seed}{label})")
 
 
 _SEARCH_R1_QUESTION = re.compile(r"Question:\s*(.+?)\s*$", re.DOTALL)

@@ -144,7 +144,18 @@ def tree_advantages(
     *,
     scale_by_std: bool = True,
 ) -> Tensor:
-    """Tree-GRPO leaf advantages: intra-tree plus inter-tree group-relative advantages.
+    """Tree-GRPO leaf advantages (Ji et al. 2025, arXiv 2509.21240, section 3.2).
+
+    For leaf ``H`` of tree ``T_j`` of a task whose M trees hold the leaves ``T``:
+
+    * intra-tree: ``A_intra(H) = (R(H) - mean{R(H') : H' in T_j}) / std{R(H') : H' in T_j}``;
+    * inter-tree: ``A_inter(H) = (R(H) - mean{R(H') : H' in T}) / std{R(H') : H' in T}``;
+    * the leaf's advantage is their sum, ``A_tree(H) = A_intra(H) + A_inter(H)``, applied to every
+      token of the leaf's path (its shared prefix included, so a shared node's tokens are pushed
+      by every leaf below it: the paper's implicit step-level preference).
+
+    The std is the sample std (``ddof=1``) plus ``eps``, as in :func:`group_advantages`; a tree with a
+    single valid leaf has ``A_intra = 0``; ``scale_by_std=False`` drops both divisions (Dr. GRPO).
 
     Args:
         rewards: ``(N,)`` leaf returns.

@@ -4,7 +4,7 @@ Examples::
 
     train-agent --env prm/Math-v0 --policy hf:tiny --algo grpo --steps 20
     train-agent --env prm/Math-v0:0.7 --env prm/SQL-v0:0.3 --steps 20
-    train-agent --env prm/Math-v0 --algo tree-grpo --tree.num-trees 2 --tree.expand-nodes 3
+    train-agent --env prm/Math-v0 --algo tree-grpo --tree.num-trees 2 --tree.expand-nodes 3 --group-size 8
     train-agent --asynchronous.enabled --asynchronous.max-staleness 2 --output-dir runs/async
     train-agent --mode eval --output-dir runs/async
     train-agent --backend ray --num-workers 4 --steps 20

@@ -1,6 +1,11 @@
-"""The three comparisons of ``make compare``, each arm from the same warm start, several seeds.
+"""The comparisons of ``make compare``, each arm from the same warm start, several seeds.
 
 ``python -m prm_gym.training.compare --which tree|roots|process|async|all --seeds 5 --output-dir runs/compare``
+
+``--task math`` (the default, below) runs them on level-1 prm/Math-v0; ``--task search`` runs
+*tree* and *process* on prm/Search-v0 multi-hop questions with a sparse outcome
+(:mod:`prm_gym.training.compare_search`: its arms, its warm start, its token matching) and
+writes under ``runs/compare-search`` unless ``--output-dir`` says otherwise.
 
 * **tree**: Tree-GRPO against chain GRPO with as many trajectories per task (``group_size`` =
   the trees' leaves per task): held-out success against generated tokens, read at matched tokens.
@@ -30,6 +35,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from prm_gym.training import compare_search as cs
 from prm_gym.training import compare_stats as st
 from prm_gym.training.config import AsyncConfig, EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
 from prm_gym.training.metrics import read_metrics
@@ -47,11 +53,26 @@ COMPARISONS: dict[str, dict[str, str]] = {
 """Comparison -> arm label -> run name (runs are shared between comparisons by name)."""
 
 
+def comparisons(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """The comparisons of ``--task``."""
+    return cs.COMPARISONS if args.task == "search" else COMPARISONS
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=["math", "search"], default="math", help="the env the comparisons run on")
     p.add_argument("--which", choices=[*COMPARISONS, "all"], default="all")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..n-1, each with its own warm start")
-    p.add_argument("--output-dir", default="runs/compare")
+    p.add_argument("--output-dir", default=None, help="default: runs/compare (math), runs/compare-search (search)")
+    p.add_argument(
+        "--policy", default="hf:tiny", help="the model to warm-start: hf:tiny (sized by --hidden, --layers) or an hf id"
+    )
+    p.add_argument(
+        "--sampler",
+        choices=["hf", "vllm-engine"],
+        default="hf",
+        help="how the arms sample: hf (in the learner's process) or vllm-engine (vLLM in this process, a GPU)",
+    )
     p.add_argument(
         "--seed",
         type=int,
@@ -63,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--demos", type=int, default=400, help="SFT demonstrations")
     p.add_argument("--sft-steps", type=int, default=1200, help="the tiny model copies digits after about 1200")
+    p.add_argument("--sft-lr", type=float, default=3e-3)
+    p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--tasks-per-step", type=int, default=4)
@@ -72,6 +95,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--trees", type=int, default=2, help="Tree-GRPO trees per task (M)")
     p.add_argument("--expand-nodes", type=int, default=2, help="Tree-GRPO nodes expanded per round (N)")
+    p.add_argument("--expand-rounds", type=int, default=1, help="Tree-GRPO expansion rounds (L)")
+    p.add_argument(
+        "--branch-fraction",
+        type=float,
+        default=0.5,
+        help="search: share of an episode a branch regenerates, sizing the equal-token chain group",
+    )
+    p.add_argument("--retrieval-weight", type=float, default=0.2, help="search: weight of rule/retrieval")
+    p.add_argument("--info-gain-weight", type=float, default=1.0, help="search: weight of progress/info_gain")
+    p.add_argument("--micro-batch", type=int, default=16, help="learner micro-batch (trajectories)")
     p.add_argument("--num-workers", type=int, default=4, help="rollout threads of the async comparison")
     p.add_argument("--latency-median-s", type=float, default=0.3)
     p.add_argument("--latency-sigma", type=float, default=1.2)
@@ -81,6 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--seeds must be at least 1 (got {args.seeds}); a standard error needs 2 or more")
     if args.seed is not None and args.seed < 0:
         p.error(f"--seed must be 0 or more (got {args.seed})")
+    if args.which not in (*comparisons(args), "all"):
+        p.error(f"--task {args.task} has the comparisons {sorted(comparisons(args))} (async and roots: --task math)")
+    if args.task == "math" and (args.expand_rounds != 1 or args.sampler != "hf"):
+        p.error("--expand-rounds and --sampler apply to --task search")
+    if args.output_dir is None:
+        args.output_dir = "runs/compare-search" if args.task == "search" else "runs/compare"
     return args
 
 
@@ -90,12 +129,14 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
 
     from prm_gym.training import learn
 
+    if args.task == "search":
+        return cs.warm_start(args, seed)
     out = Path(args.output_dir) / "warm" / f"seed{seed}"
     if (out / "sft" / "config.json").exists():
         return out / "sft"
-    flags = ["--policy", "hf:tiny", "--seed", str(seed), "--hidden", str(args.hidden), "--layers", str(args.layers)]
+    flags = ["--policy", args.policy, "--seed", str(seed), "--hidden", str(args.hidden), "--layers", str(args.layers)]
     flags += ["--demos", str(args.demos), "--sft-steps", str(args.sft_steps), "--tool-fraction", "0.9"]
-    flags += ["--sft-lr", "3e-3", "--sft-batch", "16"]
+    flags += ["--sft-lr", str(args.sft_lr), "--sft-batch", str(args.sft_batch)]
     largs = learn.parse_args(flags)
     torch.manual_seed(seed)
     model, tok = learn.base_model(largs)
@@ -104,9 +145,12 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
 
 
 def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainConfig:
-    """What every arm shares: level-1 prm/Math-v0, the warm start, one learning rate, one eval."""
+    """What every arm shares: level-1 prm/Math-v0 (or ``--task search``'s env), the warm start, one
+    learning rate, one eval."""
     from prm_gym.training.learn import env_kwargs
 
+    if args.task == "search":
+        return cs.base_config(args, policy_dir, seed)
     tree = TreeConfig(num_trees=args.trees, expand_nodes=args.expand_nodes, expand_rounds=1)
     return TrainConfig(
         env="prm/Math-v0",
@@ -124,13 +168,15 @@ def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainC
         progress=False,
         tree=tree,
         sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=1024),
-        loss=LossConfig(micro_batch_size=16),
+        loss=LossConfig(micro_batch_size=args.micro_batch),
         eval=EvalConfig(num_tasks=args.eval_tasks, samples=args.eval_samples, temperature=1.0, every=args.eval_every),
     )
 
 
 def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainConfig:
     """The run ``name``: the base config with the one thing its arm changes."""
+    if args.task == "search":
+        return cs.arm_config(name, base, args)
     if name == "grpo":
         return base
     if name == "tree-grpo":
@@ -193,6 +239,10 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
     out.mkdir(parents=True, exist_ok=True)
     by_step = {arm: st.by_step(c) for arm, c in curves.items()}
     st.plot_curves(by_step, "training step", "held-out success", f"{which}: success vs steps", out / "success.png")
+    paired = {f"{arm} - {first}": summary["arms"][arm]["minus_first_success"] for arm in list(runs)[1:]}
+    st.plot_bars(
+        paired, "held-out success, paired by seed", f"{which}: paired differences (± s.e.)", out / "paired.png"
+    )
     if which == "tree":
         matched = st.at_tokens(curves)
         summary["at_matched_tokens"] = matched
@@ -213,10 +263,11 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
 def compare(which: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run (or reuse) every arm of ``which`` for every seed, then summarise."""
     root = Path(args.output_dir)
-    runs: dict[str, list[list[dict[str, Any]]]] = {arm: [] for arm in COMPARISONS[which]}
+    arms = comparisons(args)[which]
+    runs: dict[str, list[list[dict[str, Any]]]] = {arm: [] for arm in arms}
     for seed in range(args.seeds) if args.seed is None else [args.seed]:
         base = base_config(args, warm_start(args, seed), seed)
-        for arm, name in COMPARISONS[which].items():
+        for arm, name in arms.items():
             runs[arm].append(run_arm(name, arm_config(name, base, args), root / "runs" / f"seed{seed}" / name))
     if args.seed is not None:
         return {}
@@ -265,7 +316,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    order = ["process", "tree", "roots", "async"] if args.which == "all" else [args.which]
+    order = [w for w in ("process", "tree", "roots", "async") if w in comparisons(args)]
+    order = order if args.which == "all" else [args.which]
     return {which: compare(which, args) for which in order}
 
 

@@ -102,7 +102,8 @@ class TrainConfig:
     mode: Literal["train", "eval"] = "train"
     """Train, or only evaluate the latest checkpoint in output_dir (or the initial policy)."""
     group_size: int = 4
-    """Episodes per task in a GRPO group."""
+    """Episodes per task in a GRPO group; with --algo tree-grpo, the leaves per task, which must equal
+    tree.num_trees * (1 + tree.expand_nodes * tree.expand_rounds) (the defaults give 4)."""
     tasks_per_step: int = 2
     """Tasks (groups or tree sets) per optimiser step."""
     steps: int = 20
@@ -208,6 +209,14 @@ class TrainConfig:
             "recipes.roc_oversample",
             self.recipes.roc_oversample,
             "Resample-on-Correct down-samples a flat oversampled group; use it with --algo grpo",
+        )
+        check(
+            self.algo != "tree-grpo" or self.group_size == self.tree.leaves_per_task,
+            "group_size",
+            self.group_size,
+            f"--algo tree-grpo plays tree.num_trees * (1 + tree.expand_nodes * tree.expand_rounds) = "
+            f"{self.tree.leaves_per_task} leaves per task; set --group-size {self.tree.leaves_per_task} "
+            "or change the tree",
         )
 
     # ---- the envs of the run (one, or a weighted mixture: training/mixture.py) ----

@@ -164,12 +164,14 @@ class RecipeConfig:
 
 @dataclass(frozen=True)
 class TreeConfig:
-    """Tree-GRPO: per task, ``num_trees`` trees whose nodes are whole agent turns."""
+    """Tree-GRPO (Ji et al. 2025, arXiv 2509.21240, section 3.1): per task, ``num_trees`` trees whose
+    nodes are whole agent turns; a task's leaves number ``num_trees * (1 + expand_nodes * expand_rounds)``,
+    which ``group_size`` must equal (the run refuses a mismatch instead of ignoring it)."""
 
     num_trees: int = 2
     """Trees per task (M); each starts from one full episode."""
-    expand_nodes: int = 2
-    """Turn boundaries expanded per round and tree (N)."""
+    expand_nodes: int = 1
+    """Non-leaf nodes (turns) expanded per round and tree (N), drawn uniformly among the tree's distinct ones."""
     expand_rounds: int = 1
     """Expansion rounds (L); each adds N leaves per tree, so a tree has 1 + N*L leaves."""
 

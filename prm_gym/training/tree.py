@@ -1,12 +1,27 @@
 """Tree-GRPO sampling: trees whose nodes are whole agent turns, branched by forking the env.
 
-Per task, ``num_trees`` trees each start from one full episode (a chain). Then, for
-``expand_rounds`` rounds, ``expand_nodes`` turn boundaries are drawn per tree among all
-unfinished boundaries of its leaves; at each, the env is forked (``env.unwrapped.fork()``
-replays the prefix with memoised verdicts) and the episode is continued from the prefix's
-token ids, so siblings share their prefix tokens and only the new suffix is generated. Every
-finished episode is a leaf; leaves are scored with intra-tree and inter-tree advantages
-(:func:`prm_gym.training.advantages.tree_advantages`). Works over any :class:`prm_gym.envs.base.ToolEnv`.
+Ji et al. 2025, *Tree Search for LLM Agent Reinforcement Learning* (arXiv 2509.21240), section 3.1,
+whose three steps this module follows:
+
+* **Initialization**: per task, ``num_trees`` (M) independent chains ``H ~ pi_theta(. | x)``; each
+  is the backbone of one tree, one node per agent turn (thought, action, observation).
+* **Sampling**: per tree, ``expand_nodes`` (N) *non-leaf* nodes drawn uniformly at random among the
+  tree's distinct nodes, from every depth: the tree's first turn (its root node) included, branches
+  added in earlier rounds included, the last turn of an episode (a leaf) excluded.
+* **Expansion**: from a chosen node ``p`` the context root .. ``p`` (``p`` included) is kept and the
+  rest ``H_{>=t} ~ pi_theta(. | x, H_{<t})`` is sampled to a leaf and added as a new branch. The env is
+  forked (``env.unwrapped.fork()`` replays the kept turns with memoised verdicts) and the episode
+  continues from the prefix's token ids, so siblings share their prefix tokens and only the suffix
+  is generated. Sampling and expansion repeat ``expand_rounds`` (L) times: ``M * (1 + N*L)`` leaves.
+
+In the code a node is named by the *boundary* after it: boundary ``k`` keeps turns ``0..k-1``, so
+the tree's first turn is boundary 1 and the candidates are boundaries ``1..T-1`` of a ``T``-turn
+leaf. Boundary 0 (the bare prompt) is no node of the paper's trees: a branch there would be one more
+independent chain. It is used only when a tree has no non-leaf node at all (every leaf answered in
+one turn), where the paper has nothing to expand; then the tree still gets its N leaves, as fresh
+chains, and says so in ``root_branches``. Leaves are scored with the paper's intra-tree plus
+inter-tree advantages (:func:`prm_gym.training.advantages.tree_advantages`). Works over any
+:class:`prm_gym.envs.base.ToolEnv`.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ class TreeSample:
         generated_tokens: tokens actually sampled (shared prefixes counted once).
         tool_calls: tool calls actually executed for new turns (replays not counted).
         replayed_turns: turns replayed to fork envs (no tokens sampled, verdicts memoised).
+        root_branches: branches drawn at the bare prompt because their tree had no non-leaf node.
     """
 
     leaves: list[Trajectory] = field(default_factory=list)
@@ -46,6 +62,7 @@ class TreeSample:
     generated_tokens: int = 0
     tool_calls: int = 0
     replayed_turns: int = 0
+    root_branches: int = 0
 
     @property
     def grouping(self) -> Grouping:
@@ -60,6 +77,7 @@ class TreeSample:
                 "generated_tokens": float(self.generated_tokens),
                 "tool_calls": float(self.tool_calls),
                 "replayed_turns": float(self.replayed_turns),
+                "root_branches": float(self.root_branches),
             },
         )
 
@@ -76,6 +94,7 @@ def merge_samples(samples: Sequence[TreeSample]) -> TreeSample:
         out.generated_tokens += sample.generated_tokens
         out.tool_calls += sample.tool_calls
         out.replayed_turns += sample.replayed_turns
+        out.root_branches += sample.root_branches
     return out
 
 
@@ -99,11 +118,13 @@ def _prefix(traj: Trajectory, k: int) -> Trajectory:
 
 
 def tree_nodes(leaves: Sequence[Trajectory], forked_at: dict[int, int]) -> list[tuple[Trajectory, int]]:
-    """The distinct inner nodes of a tree as ``(leaf, k)``: the boundary before turn ``k``.
+    """The tree's distinct non-leaf nodes as ``(leaf, k)``: the node is turn ``k-1`` of ``leaf``, and
+    expanding it keeps turns ``0..k-1`` (the boundary before turn ``k``), as in the paper's expansion.
 
     ``forked_at[id(leaf)]`` is the boundary a leaf was forked at (0 for the root chain); the
-    leaf shares every boundary up to it with its parent, so only later ones are new nodes.
-    Boundary 0 (the bare prompt) is excluded: branching there is a new chain, not a tree.
+    leaf shares turns ``< forked_at`` with its parent, so only its boundaries after the fork are new
+    nodes. ``k`` runs to ``len(turns) - 1``: the last turn is the leaf itself. Boundary 0 (the bare
+    prompt) is no node (a branch there would be an independent chain).
     """
     return [(leaf, k) for leaf in leaves for k in range(max(1, forked_at[id(leaf)] + 1), len(leaf.turns))]
 
@@ -182,11 +203,12 @@ def _expand_round(
     sampling: SamplingParams,
     max_context_tokens: int,
 ) -> None:
-    """Add ``cfg.expand_nodes`` branches to every tree, all sampled in one batched rollout.
+    """One round of the paper's Sampling and Expansion: ``cfg.expand_nodes`` branches per tree, all
+    sampled in one batched rollout.
 
-    The candidates are the tree's distinct internal nodes: a leaf forked at boundary ``f``
-    shares turns ``< f`` with its parent, so only its boundaries ``k > f`` are new nodes
-    (counting them again per leaf would over-sample the shallow shared nodes).
+    The candidates are the tree's distinct non-leaf nodes (:func:`tree_nodes`), drawn uniformly
+    without replacement (with replacement only when the tree has fewer than N); counting a shared
+    node once per leaf would over-sample the shallow nodes.
     """
     forks: list[Any] = []
     prefixes: list[Trajectory] = []
@@ -194,8 +216,9 @@ def _expand_round(
     for tree, leaves in enumerate(tree_leaves):
         # boundaries after turn k-1, before turn k; k >= 1 (k = 0 would be a new chain)
         nodes = tree_nodes(leaves, forked_at)
-        if not nodes:  # every leaf ended after one turn: branch from the root instead
+        if not nodes:  # every leaf ended after one turn: no non-leaf node, so fresh chains (counted)
             nodes = [(leaves[0], 0)]
+            out.root_branches += cfg.expand_nodes
         picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=len(nodes) < cfg.expand_nodes)
         for p in picks:
             leaf, k = nodes[int(p)]

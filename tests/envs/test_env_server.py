@@ -316,7 +316,8 @@ def test_tree_grpo_forks_sessions_on_the_env_server(math_url: str, tmp_path: Pat
     from prm_gym.training.cli import main
 
     argv = ["--env-url", math_url, "--env-kwargs", '{"levels": [1], "num_tasks": 8}', "--steps", "1"]
-    argv += ["--algo", "tree-grpo", "--tree.num-trees", "1", "--tree.expand-nodes", "1", "--tasks-per-step", "1"]
+    argv += ["--algo", "tree-grpo", "--tree.num-trees", "1", "--tree.expand-nodes", "1", "--group-size", "2"]
+    argv += ["--tasks-per-step", "1"]
     argv += ["--output-dir", str(tmp_path), "--no-progress", "--no-tensorboard", "--tools-prompt", "compact"]
     assert main([*argv, "--sampling.max-new-tokens", "4", "--eval.num-tasks", "1", "--eval.samples", "1"]) == 0
     assert httpx.get(math_url + "/health").json()["sessions"] == 0

@@ -227,3 +227,24 @@ def test_retrieval_judge_falls_back_to_answer_containment(tmp_path: Path) -> Non
     assert env.step(_search("Zed"))[4]["reward_retrieval"] == pytest.approx(0.2)
     assert env.step(_search("Zed lives"))[4]["reward_retrieval"] == 0.0
     assert format_passages([]).startswith("No passages")
+
+
+def test_multi_hop_only_questions_need_a_bridge_and_leave_the_default_unchanged() -> None:
+    w = generate_world(60, 0)
+    multi = generate_search_tasks(w, 40, 0, "train", "multi")
+    by_id = {p.id: p for p in world_passages(w)}
+    for task in multi:
+        assert task.meta["kind"] == "multi" and task.meta["hops"] >= 2
+        first, last = by_id[task.meta["gold_ids"][0]], by_id[task.meta["gold_ids"][-1]]
+        # the question names only the first hop's entity; the answer is in the last passage, not the first
+        assert first.title in task.prompt and task.answer[0] not in first.text and task.answer[0] in last.text
+    assert {t.meta["hops"] for t in multi} == {2, 3}
+    default = generate_search_tasks(w, 40, 0, "train")
+    assert [t.prompt for t in default] == [t.prompt for t in generate_search_tasks(w, 40, 0, "train", "all")]
+    assert {t.meta["kind"] for t in default} == {"single", "multi"}
+    assert {t.meta["kind"] for t in generate_search_tasks(w, 20, 0, "train", "single")} == {"single"}
+    with pytest.raises(TaskError, match="kinds must be one of"):
+        generate_search_tasks(w, 4, 0, "train", "both")
+    env = gym.make("prm/Search-v0", question_kinds="multi", num_tasks=8, world_people=60)
+    assert all(env.unwrapped.tasks.get(i).meta["hops"] >= 2 for i in env.unwrapped.tasks.ids)
+    env.close()

@@ -70,6 +70,23 @@ def test_tree_advantages_sum_intra_and_inter() -> None:
     assert torch.allclose(adv, torch.tensor([0.75, -1.25, 0.25, 0.25]))
 
 
+def test_tree_advantages_are_the_papers_equations_with_std() -> None:
+    """Ji et al. 2025 section 3.2: (R - mean_tree)/std_tree + (R - mean_task)/std_task, per task."""
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.5, 0.0, 1.0])
+    trees = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    tasks = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1])
+    adv = tree_advantages(r, trees, tasks)
+    expect = torch.zeros(9)
+    for group in (trees, tasks):
+        for g in group.unique():
+            m = group == g
+            expect[m] += (r[m] - r[m].mean()) / (r[m].std() + 1e-6)
+    assert torch.allclose(adv, expect, atol=1e-5)
+    # one task of one tree: the inter-tree group equals the tree, so the advantage is twice GRPO's
+    one = tree_advantages(r[:3], trees[:3], tasks[:3])
+    assert torch.allclose(one, 2 * (r[:3] - r[:3].mean()) / (r[:3].std() + 1e-6), atol=1e-5)
+
+
 def test_spread_to_tokens_fills_turn_spans_only() -> None:
     out = spread_to_tokens(torch.tensor([[2.0, -1.0]]), [[(1, 3), (5, 6)]], 7)
     assert out.tolist() == [[0.0, 2.0, 2.0, 0.0, 0.0, -1.0, 0.0]]

@@ -174,3 +174,55 @@ def test_the_roots_diagnostic_samples_one_chain_per_tree_root_and_changes_nothin
     roots = arm_config("grpo-roots", base, args)
     assert base.group_size == base.tree.leaves_per_task and roots.group_size == 3
     assert replace(roots, group_size=base.group_size) == base
+
+
+def test_search_arms_each_change_one_thing_and_the_chain_matches_the_trees_tokens() -> None:
+    from dataclasses import replace
+
+    from prm_gym.training.compare import arm_config, base_config, parse_args
+    from prm_gym.training.compare_search import chain_group_for_tokens
+
+    args = parse_args(["--task", "search", "--trees", "2", "--expand-nodes", "2"])
+    assert args.output_dir == "runs/compare-search"
+    warm = Path("/nonexistent/warm")
+    base = base_config(args, warm, 0)
+    assert base.env == "prm/Search-v0" and base.judge == "rule/exact_match"  # sparse outcome
+    assert json.loads(base.env_kwargs)["question_kinds"] == "multi" and base.group_size == 6
+    tree = arm_config("tree-grpo", base, args)
+    assert replace(tree, algo="grpo") == base
+    # 2 trees, each a chain plus 2 branches regenerating half an episode on average: 4 chains' tokens
+    assert chain_group_for_tokens(base.tree, 0.5) == 4 and arm_config("grpo-tokens", base, args).group_size == 4
+    retrieval = arm_config("retrieval", base, args)
+    assert retrieval.judge == "rule/exact_match + 0.2*rule/retrieval" and replace(retrieval, judge=base.judge) == base
+    gain = arm_config("info-gain", base, args)
+    assert gain.judge == "rule/exact_match + 1.0*progress/info_gain"
+    ig = json.loads(gain.env_kwargs)["judge_kwargs"]["progress/info_gain"]
+    assert ig == {"policy": f"hf:{warm}", "final": "gain", "outcome": "exact"}
+    assert arm_config("grpo", base, args) == base  # chain at equal trajectories = the outcome-only arm
+
+
+def test_search_refuses_the_math_only_comparisons(capsys: pytest.CaptureFixture[str]) -> None:
+    from prm_gym.training.compare import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--task", "search", "--which", "async"])
+    assert "async and roots: --task math" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_compare_search_shortened(tmp_path: Path) -> None:
+    """Both search comparisons end to end, shortened (1 seed, tiny warm start, 1 step): the
+    summaries, the paired-difference plots, and runs shared by name."""
+    from prm_gym.training.compare import main
+
+    flags = ["--task", "search", "--seeds", "1", "--output-dir", str(tmp_path), "--demos", "8", "--sft-steps", "2"]
+    flags += ["--steps", "1", "--tasks-per-step", "1", "--eval-tasks", "2", "--eval-samples", "1", "--eval-every", "1"]
+    flags += ["--hidden", "32", "--layers", "1", "--max-new-tokens", "24", "--threads", "1"]
+    out = main([*flags, "--which", "all"])
+    assert set(out) == {"tree", "process"}
+    for which in out:
+        assert (tmp_path / which / "summary.json").exists() and (tmp_path / which / "paired.png").exists()
+    assert out["process"]["arms"]["outcome only"] == out["tree"]["arms"]["chain GRPO, equal trajectories"]
+    assert set(out["process"]["arms"]) == {"outcome only", "retrieval credit", "IGPO information gain"}
+    assert (tmp_path / "runs" / "seed0" / "info-gain" / "done.json").exists()

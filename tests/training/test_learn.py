@@ -96,6 +96,38 @@ def test_tree_nodes_are_distinct_prefixes(tiny_tokenizer: Any) -> None:
     assert sample.generated_tokens < sum(leaf.num_generated_tokens for leaf in sample.leaves)
 
 
+def test_tree_expands_the_first_turn_and_counts_fresh_chains(tiny_tokenizer: Any) -> None:
+    """The paper's candidates are every non-leaf node, the tree's first turn included (a branch that
+    keeps only turn 0); a tree whose episodes all end in one turn has none, and its branches are
+    fresh chains, counted in root_branches."""
+    chat = ChatTemplate(tiny_tokenizer)
+
+    def make_env() -> gym.Env:
+        return gym.make("prm/Math-v0", levels=[1], num_tasks=4, max_turns=3)
+
+    cfg = TreeConfig(num_trees=1, expand_nodes=1, expand_rounds=1)
+    kept = set()
+    for seed in range(8):
+        policy = FakePolicy(tiny_tokenizer, lambda prompt, call: f"step {call}")
+        sample = sample_trees(make_env, policy, chat, ["math-train-0-00000"], [0], cfg, np.random.default_rng(seed))
+        root, branch = sample.leaves
+        kept.add(next(k for k in range(len(root.turns)) if branch.turns[k].action != root.turns[k].action))
+        assert sample.root_branches == 0
+    assert kept == {1, 2}  # turn 0 kept (the first-turn node) and turns 0-1 kept: both drawn
+    answer = FakePolicy(tiny_tokenizer, lambda prompt, call: "<answer>7</answer>")
+    one = sample_trees(
+        make_env,
+        answer,
+        chat,
+        ["math-train-0-00000"],
+        [0],
+        TreeConfig(num_trees=2, expand_nodes=2),
+        np.random.default_rng(0),
+    )
+    assert len(one.leaves) == 6 and one.root_branches == 4
+    assert one.as_batch()[2]["root_branches"] == 4.0
+
+
 TINY = ["--policy", "hf:tiny", "--demos", "2000", "--sft-steps", "1200", "--tool-fraction", "0.9", "--steps", "30"]
 TINY += ["--sft-lr", "3e-3", "--sft-batch", "16", "--lr", "3e-4", "--micro-batch", "16", "--max-new-tokens", "96"]
 TINY += ["--eval-tasks", "64", "--eval-samples", "4", "--eval-temperature", "1.0"]

@@ -114,7 +114,7 @@ def test_async_tree_grpo_through_the_loop(tmp_path: Path) -> None:
     from prm_gym.training.config import TreeConfig
 
     tree = TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
-    cfg = small(tmp_path, steps=2, algo="tree-grpo", tree=tree, asynchronous=AsyncConfig(enabled=True))
+    cfg = small(tmp_path, steps=2, algo="tree-grpo", group_size=4, tree=tree, asynchronous=AsyncConfig(enabled=True))
     train(cfg)
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
     assert len(rows) == 2 and all(r["trained_rows"] + r["excluded_trajectories"] == 4 for r in rows)
@@ -125,7 +125,7 @@ def test_tree_grpo_through_the_loop(tmp_path: Path) -> None:
     from prm_gym.training.config import TreeConfig
 
     tree = TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
-    run = train(small(tmp_path, steps=2, tasks_per_step=2, algo="tree-grpo", tree=tree))
+    run = train(small(tmp_path, steps=2, tasks_per_step=2, algo="tree-grpo", group_size=4, tree=tree))
     rows = [r for r in read_metrics(tmp_path) if "trained_rows" in r]
     assert run.step == 2 and len(rows) == 2
     # 2 tasks x 2 trees x (1 chain + 1 branch) leaves per step, all trained or excluded as infra errors

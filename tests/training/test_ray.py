@@ -86,7 +86,7 @@ def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> N
 MODES = {
     "sync": [],
     "async": ["--asynchronous.enabled"],
-    "tree": ["--algo", "tree-grpo", "--tree.num-trees", "1", "--tree.expand-nodes", "1"],
+    "tree": ["--algo", "tree-grpo", "--tree.num-trees", "1", "--tree.expand-nodes", "1", "--group-size", "2"],
 }
 
 

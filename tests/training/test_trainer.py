@@ -58,6 +58,11 @@ def test_config_errors_name_the_field() -> None:
         TrainConfig(algo="tree-grpo", recipes=RecipeConfig(roc_oversample=1.5))
     with pytest.raises(ConfigError, match="max_excluded_fraction"):
         TrainConfig(max_excluded_fraction=1.5)
+    # Tree-GRPO's leaves per task are M * (1 + N * L): a group_size that disagrees is refused, not ignored
+    assert TrainConfig(algo="tree-grpo").tree.leaves_per_task == TrainConfig().group_size == 4
+    with pytest.raises(ConfigError, match=r"group_size=4.*= 6 leaves per task; set --group-size 6"):
+        TrainConfig(algo="tree-grpo", tree=TreeConfig(num_trees=2, expand_nodes=2, expand_rounds=1))
+    assert TrainConfig(algo="tree-grpo", group_size=6, tree=TreeConfig(num_trees=2, expand_nodes=2)).group_size == 6
     with pytest.raises(ConfigError, match="device"):
         TrainConfig(device="gpu0")
 
@@ -84,6 +89,8 @@ def test_cli_parses_nested_flags() -> None:
             "tree-grpo",
             "--tree.num-trees",
             "3",
+            "--group-size",
+            "6",
             "--loss.kl-coef",
             "0.1",
             "--asynchronous.max-staleness",
@@ -164,7 +171,9 @@ def test_async_training_records_staleness(tmp_path: Path) -> None:
 
 
 def test_tree_grpo_training_step(tmp_path: Path) -> None:
-    cfg = small(tmp_path, steps=1, algo="tree-grpo", tree=TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1))
+    cfg = small(
+        tmp_path, steps=1, algo="tree-grpo", group_size=4, tree=TreeConfig(num_trees=2, expand_nodes=1, expand_rounds=1)
+    )
     train(cfg)
     row = next(r for r in read_metrics(tmp_path) if "reward" in r)
     assert row["trained_rows"] + row["excluded_trajectories"] == 4

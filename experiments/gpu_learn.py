@@ -1,0 +1,139 @@
+"""``make gpu-learn``: the learn study and the search process-reward comparison on one GPU.
+
+On one H200-class GPU, within ``--budget-s`` (600 s by default) of wall clock in all:
+
+1. ``experiments/learn.py`` (few-shot, SFT, RFT, GRPO on held-out word problems) with larger
+   groups and 500 held-out tasks per set, into ``<output-dir>/learn`` (its ``summary.json`` and
+   ``summary.md``);
+2. ``python -m prm_gym.training.compare --task search --which process`` (outcome only against
+   retrieval credit and IGPO's information gain, 3 seeds, SmolLM2-135M) sampling with the
+   in-process vLLM engine (``--sampler vllm-engine``), larger groups and 500 held-out tasks, into
+   ``<output-dir>/compare-search`` (``process/summary.json`` and its plots).
+
+It checks first, and stops in a second with a message saying what is missing, that a CUDA device
+is visible to torch and that vLLM imports. Each phase is resumable (both commands reuse finished
+work), so a run stopped by the budget continues where it stopped. ``<output-dir>/gpu_learn.json``
+records each phase's command, exit status and wall clock.
+
+``--dry-run`` skips the GPU checks and runs both phases with ``hf:tiny`` on the CPU at toy sizes
+(minutes): the test that the command line is whole (``tests/experiments/test_gpu_learn.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE_ARGS = {"gpu_memory_utilization": 0.35, "enforce_eager": True, "dtype": "bfloat16"}
+"""vLLM engine arguments (``$PRM_VLLM_ENGINE_ARGS``): eager mode skips CUDA-graph capture, whose
+start-up time a 10-minute budget cannot spare at every seed's engine start."""
+
+LEARN_GPU = ["--group-size", "16", "--tasks-per-step", "8", "--eval-tasks", "500", "--chunk", "250"]
+LEARN_GPU += ["--micro-batch", "32", "--threads", "8"]
+LEARN_DRY = ["--policy", "hf:tiny", "--train-tasks", "40", "--val-tasks", "4", "--eval-tasks", "4", "--demos", "8"]
+LEARN_DRY += ["--sft-steps", "2", "--sft-every", "1", "--rft-max-steps", "1", "--steps", "1", "--group-size", "2"]
+LEARN_DRY += ["--tasks-per-step", "1", "--chunk", "4", "--max-new-tokens", "16", "--threads", "1", "--micro-batch", "2"]
+
+COMPARE = ["-m", "prm_gym.training.compare", "--task", "search", "--which", "process"]
+COMPARE_GPU = ["--policy", "hf:smollm2-135m", "--sampler", "vllm-engine", "--seeds", "3", "--steps", "20"]
+COMPARE_GPU += ["--trees", "4", "--expand-nodes", "3", "--tasks-per-step", "8", "--eval-tasks", "500"]
+COMPARE_GPU += ["--eval-samples", "1", "--eval-every", "10", "--demos", "800", "--sft-steps", "150"]
+COMPARE_GPU += ["--sft-lr", "5e-5", "--sft-batch", "16", "--lr", "3e-6", "--micro-batch", "32", "--threads", "8"]
+COMPARE_DRY = ["--policy", "hf:tiny", "--hidden", "32", "--layers", "1", "--seeds", "1", "--steps", "1"]
+COMPARE_DRY += ["--trees", "1", "--expand-nodes", "1", "--tasks-per-step", "1", "--eval-tasks", "2"]
+COMPARE_DRY += [
+    "--eval-samples",
+    "1",
+    "--eval-every",
+    "1",
+    "--demos",
+    "4",
+    "--sft-steps",
+    "2",
+    "--max-new-tokens",
+    "16",
+]
+COMPARE_DRY += ["--micro-batch", "2", "--threads", "1"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output-dir", default="runs/gpu-learn")
+    p.add_argument("--budget-s", type=float, default=600.0, help="wall clock for both phases together")
+    p.add_argument("--dry-run", action="store_true", help="hf:tiny on the CPU at toy sizes, no GPU checks")
+    p.add_argument("--only", choices=["learn", "compare"], default=None, help="run one phase")
+    return p.parse_args(argv)
+
+
+def gpu_problem() -> str | None:
+    """Why this machine cannot run the GPU study (None when it can): no CUDA device, or no vLLM."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return (
+            "make gpu-learn needs a CUDA GPU, and torch.cuda.is_available() is False on this machine. "
+            "On CPU run `make learn` and `make compare-search-process` instead "
+            "(or `python experiments/gpu_learn.py --dry-run` to check the command line)."
+        )
+    if importlib.util.find_spec("vllm") is None:
+        return "make gpu-learn samples with vLLM in this process, and vllm does not import: pip install -e '.[vllm]'."
+    return None
+
+
+def phases(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """``(name, argv)`` of each phase to run, for the GPU or for the dry run."""
+    out = Path(args.output_dir)
+    learn = [str(ROOT / "experiments" / "learn.py"), "--output-dir", str(out / "learn")]
+    compare = [*COMPARE, "--output-dir", str(out / "compare-search")]
+    runs = [
+        ("learn", [*learn, *(LEARN_DRY if args.dry_run else LEARN_GPU)]),
+        ("compare", [*compare, *(COMPARE_DRY if args.dry_run else COMPARE_GPU)]),
+    ]
+    return [(name, argv) for name, argv in runs if args.only in (None, name)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    args = parse_args(argv)
+    if not args.dry_run and (problem := gpu_problem()):
+        print(problem, file=sys.stderr)
+        return 2
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    if not args.dry_run:
+        env.setdefault("PRM_VLLM_ENGINE_ARGS", json.dumps(ENGINE_ARGS))
+    record: dict[str, Any] = {"dry_run": args.dry_run, "budget_s": args.budget_s, "phases": {}}
+    start = time.perf_counter()
+    status = 0
+    for name, cmd in phases(args):
+        left = args.budget_s - (time.perf_counter() - start)
+        if left <= 0:
+            record["phases"][name] = {"cmd": cmd, "rc": None, "skipped": "budget spent"}
+            status = status or 3
+            continue
+        t0 = time.perf_counter()
+        print(f"== {name}: {' '.join(cmd)}", flush=True)
+        try:
+            rc = subprocess.run([sys.executable, *cmd], cwd=ROOT, env=env, timeout=left, check=False).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124  # resumable: the next call continues from what this one finished
+        record["phases"][name] = {"cmd": cmd, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1)}
+        status = status or (rc != 0) * (3 if rc == 124 else 1)
+    record["wall_s"] = round(time.perf_counter() - start, 1)
+    (out / "gpu_learn.json").write_text(json.dumps(record, indent=2))
+    print(json.dumps(record, indent=2), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
