@@ -2,14 +2,15 @@
 
 Usage::
 
-    python benchmarks/bench_learner_memory.py [--policy hf:smollm2-135m] [--rows 32] [--turns 3] [--steps 2]
+    python benchmarks/bench_learner_memory.py [--policy hf:smollm2-135m] [--rows 8] [--turns 3] [--steps 2]
 
 The workload is ``make learn``'s GRPO update: SmolLM2-135M (49k vocabulary), a batch of ``rows``
-episodes (8 per group x 4 tasks) of prm/Math-v0 whose ids are the real system and task prompt of
-the compact-tools chat template followed by ``turns`` x (48 sampled ids + a 24-id tool result),
-micro-batches of 8, bfloat16 autocast, AdamW, and the sampler's bfloat16 copy of the weights
-resident beside it, as in a run. The sampled ids are random, so only memory and the agreement of
-the two paths are meaningful, not the loss itself.
+episodes of prm/Math-v0 whose ids are the real system and task prompt of the compact-tools chat
+template followed by ``turns`` x (48 sampled ids + a 24-id tool result), micro-batches of 8,
+bfloat16 autocast, AdamW, and the sampler's bfloat16 copy of the weights resident beside it, as in
+a run. The default is one micro-batch: a run's 32 rows are 4 of them, one after the other, which
+add compute but not peak memory (gradients accumulate in place). The sampled ids are random, so
+only memory and the agreement of the two paths are meaningful, not the loss itself.
 
 Each path runs in its own fresh process (peak RSS only grows within a process), alternated:
 ``chunked`` (the library's path: the output layer projects only the trained tokens, a chunk at a
@@ -100,7 +101,7 @@ def measure(policy: str, path: str, rows: int, turns: int, steps: int) -> dict[s
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default="hf:smollm2-135m")
-    ap.add_argument("--rows", type=int, default=32)
+    ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="alternated rounds of both paths")

@@ -43,14 +43,16 @@ def micro_logprobs(
     if head is not None and mask is not None:
         rows, cols = torch.nonzero(mask[:, 1:] > 0, as_tuple=True)  # position t predicts token t + 1
         with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
-            hidden = model.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
             picked = chunked_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk_tokens)
         out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
         return out.index_put((rows, cols + 1), picked)
     keep = None
     if mask is not None and forward_takes(model, "logits_to_keep"):
         keep = torch.nonzero(mask[:, 1:].any(0)).squeeze(-1)
-    extra = {} if keep is None else {"logits_to_keep": keep}
+    extra: dict[str, Any] = {"use_cache": False} if forward_takes(model, "use_cache") else {}
+    if keep is not None:
+        extra["logits_to_keep"] = keep
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         logits = model(input_ids=ids, attention_mask=attn, **extra).logits
     if temperature > 0:
@@ -130,11 +132,46 @@ def learner_step(
     autocast: bool = False,
 ) -> dict[str, float]:
     """``cfg.updates_per_batch`` clipped policy-gradient steps on ``batch`` (micro-batched);
-    ``autocast``: forward and backward under bfloat16 autocast (``--precision bf16``)."""
+    ``autocast``: forward and backward under bfloat16 autocast (``--precision bf16``);
+    ``cfg.activation_checkpointing``: decoder layers recompute their activations in the backward."""
     rows = [i for i in range(batch.input_ids.shape[0]) if batch.loss_mask[i].sum() > 0]
     if not rows:
         return {"loss": 0.0, "trained_rows": 0.0}
     model.train()
+    recompute = cfg.activation_checkpointing and getattr(model, "supports_gradient_checkpointing", False)
+    if recompute:
+        _checkpointing(model, True)
+    try:
+        return _steps(model, optimizer, batch, cfg, rows, ref, temperature, autocast)
+    finally:
+        if recompute:
+            _checkpointing(model, False)
+        model.eval()
+
+
+def _checkpointing(model: Any, on: bool) -> None:
+    """Turn transformers' per-layer activation checkpointing on or off (its name since v5, or before)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+
+
+def _steps(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: LossConfig,
+    rows: list[int],
+    ref: Any,
+    temperature: float,
+    autocast: bool,
+) -> dict[str, float]:
     chunks = rank_chunks(model, rows, cfg.micro_batch_size)  # (this rank's rows, loss weight); all, 1 in one process
     total_tok = float(batch.loss_mask[rows].sum())
     proximal: dict[int, torch.Tensor] = {}
@@ -180,7 +217,6 @@ def learner_step(
         if cfg.max_grad_norm > 0:
             stats["grad_norm"] = scalar(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
         optimizer.step()
-    model.eval()
     stats["trained_rows"] = float(len(rows))
     return stats
 

@@ -94,3 +94,24 @@ def test_an_update_never_holds_more_than_one_chunk_of_logits(monkeypatch: pytest
 def test_default_chunk_is_about_16m_logits() -> None:
     assert default_chunk(49_152) == 341
     assert default_chunk(10**9) == 1
+
+
+def test_activation_checkpointing_gives_the_same_update() -> None:
+    from prm_gym.training.batch import Batch
+    from prm_gym.training.config import LossConfig
+    from prm_gym.training.update import learner_step
+
+    ids, attn, mask = _batch(500)
+    batch = Batch(ids, attn, mask, torch.full(ids.shape, -3.0), torch.randn(ids.shape), torch.zeros(4), {})
+    after = []
+    for recompute in (False, True):
+        model = tiny_model(500, seed=3, hidden=32, layers=2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        cfg = LossConfig(micro_batch_size=2, activation_checkpointing=recompute)
+        stats = learner_step(model, opt, batch, cfg)
+        after.append((stats["loss"], [p.detach().clone() for p in model.parameters()]))
+        assert not model.is_activation_checkpointing and not model.training
+    (loss_a, params_a), (loss_b, params_b) = after
+    assert loss_a == pytest.approx(loss_b, abs=1e-6)
+    for a, b in zip(params_a, params_b, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
