@@ -4,9 +4,13 @@ The sampler is a short batched loop over the KV cache (left padding, explicit po
 that the log-probability of every sampled id under the sampling distribution is known exactly,
 stop strings end a row as soon as they appear, and nothing is re-tokenised.
 
-Two things keep it fast on a CPU: rows with the same prompt (a GRPO group's first turn) share one
-prefill, whose cache is then copied per row, and the prefill computes logits for the last
-position only. With ``sample_dtype="bfloat16"`` it samples from a bfloat16 copy of the weights
+Three things keep it fast on a CPU. Rows with the same prompt (a GRPO group's first turn) share one
+prefill, whose cache is then copied per row, and the prefill computes logits for the last position
+only. Distinct prompts share one prefill of their common leading ids (the system prompt). And the
+KV cache of each sequence of the last call (prompt + sampled ids) is kept until the next call, so
+the next turn of an episode, whose prompt extends it, prefills only the tool result and the new
+generation prompt (the keys are exact token ids, and a weights update drops them).
+With ``sample_dtype="bfloat16"`` it samples from a bfloat16 copy of the weights
 (refreshed whenever :attr:`HFPolicy.version` moves), about 3x faster than fp32 on CPUs with
 AVX512-BF16 or AMX; the behaviour log-probs are then the bfloat16 sampler's, which the learner's
 truncated importance weights correct for.
@@ -35,9 +39,20 @@ class HFPolicy:
         seed: seed of the sampler's own RNG (global RNGs are never touched).
         sample_dtype: sample from a copy of the weights in this torch dtype (``"bfloat16"``);
             None samples from ``model`` itself.
+        reuse_prefixes: keep the KV cache of the last call's sequences, so the next turn of an
+            episode prefills only its new ids, and prefill the common leading ids (a system
+            prompt) of distinct prompts once; False recomputes every prompt whole.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, version: int = 0, seed: int = 0, sample_dtype: str | None = None):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        version: int = 0,
+        seed: int = 0,
+        sample_dtype: str | None = None,
+        reuse_prefixes: bool = True,
+    ):
         import torch
 
         self.model = model
@@ -48,6 +63,8 @@ class HFPolicy:
         self.generator.manual_seed(seed)
         self._copy: Any = None
         self._copy_version = -1
+        self.reuse_prefixes = reuse_prefixes
+        self._prefixes: _Prefixes | None = None
 
     def reseed(self, seed: int) -> None:
         """Restart the sampler's RNG from ``seed``."""
@@ -95,43 +112,51 @@ class HFPolicy:
 
         model = self.sampler_model()
         device = next(model.parameters()).device
-        pad = self.tokenizer.pad_token_id or 0
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        keys = [tuple(p) for p in prompts]
+        store = self._prefixes
+        if store is not None and store.owner != (id(model), self.version):
+            store = None
+        share = SHARED_PREFIX_MIN if self.reuse_prefixes else None
+        past, logits, mask = _prefill(model, keys, self.tokenizer.pad_token_id or 0, device, store, share)
         gen = self.generator
         n = len(prompts)
         rows: list[list[int]] = [[] for _ in range(n)]
         lps: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
-        done = [False] * n
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        past, logits = _prefill(model, ids, mask, positions, [tuple(p) for p in prompts])
-        last_pos = positions[:, -1]
+        done = torch.zeros(n, dtype=torch.bool)
+        last_pos = mask.sum(-1) - 1
+        prefill_mask = mask
+        eos = self.tokenizer.eos_token_id
         stop_window = max((len(s) for s in params.stop), default=0) + 2
-        for _ in range(params.max_new_tokens):
+        steps = 0
+        for step in range(params.max_new_tokens):
             logp = torch.log_softmax(logits.float() / max(params.temperature, 1e-6), dim=-1)
             if params.temperature == 0:
                 tok = logp.argmax(-1)
             else:
                 tok = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(-1).to(device)
             chosen = logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
-            for b, (t, lp) in enumerate(zip(tok.tolist(), chosen, strict=True)):
-                if done[b]:
-                    continue
+            toks = tok.tolist()
+            live = (~done).nonzero().squeeze(-1).tolist()
+            for b in live:
+                t = toks[b]
                 rows[b].append(t)
-                lps[b].append(lp)
-                if t == self.tokenizer.eos_token_id or self._hit_stop(rows[b], params.stop, stop_window):
+                lps[b].append(chosen[b])
+                if t == eos or (params.stop and self._hit_stop(rows[b], params.stop, stop_window)):
                     done[b], finish[b] = True, "stop"
-            if all(done):
-                break
+            steps = step + 1
+            if bool(done.all()) or steps == params.max_new_tokens:
+                break  # the last sampled ids need no forward
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
             last_pos = last_pos + 1
-            step = {_cache_arg(model): past}
+            step_arg = {_cache_arg(model): past}
             out = model(
-                input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None], use_cache=True, **step
+                input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None], use_cache=True, **step_arg
             )
             past, logits = _cache_of(out), out.logits[:, -1, :]
+        self._prefixes = None  # the last call's caches are consumed (or stale) either way
+        if self.reuse_prefixes:
+            self._prefixes = _remember(past, prefill_mask, keys, rows, (id(model), self.version))
         return rows, lps, finish
 
     def _hit_stop(self, row: list[int], stop: Sequence[str], window: int) -> bool:
@@ -141,27 +166,164 @@ class HFPolicy:
         return any(s in tail for s in stop)
 
 
-def _prefill(model: Any, ids: Any, mask: Any, positions: Any, keys: list[tuple[int, ...]]) -> tuple[Any, Any]:
-    """The KV cache and last-position logits of the prompts; equal prompts are computed once."""
+SHARED_PREFIX_MIN = 16
+"""Distinct prompts that share at least this many leading ids (a system prompt) prefill them once."""
+
+
+class _Prefixes:
+    """The KV caches of the last call's sequences (prompt + sampled ids but the last), per row, so
+    that the next turn of an episode, whose prompt extends them, prefills only its new ids.
+
+    ``owner`` is ``(id(model), version)``: another model or a weights update invalidates them.
+    """
+
+    def __init__(self, owner: tuple[int, int], entries: dict[tuple[int, ...], list[tuple[Any, Any]]]):
+        self.owner = owner
+        self.entries = entries
+        self.lengths = sorted({len(k) for k in entries}, reverse=True)
+
+    def longest(self, key: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]]] | None:
+        """The longest stored sequence that is a proper prefix of ``key``: ``(length, layers)``."""
+        for n in self.lengths:
+            if n < len(key) and (hit := self.entries.get(key[:n])) is not None:
+                return n, hit
+        return None
+
+
+def _plain_layers(cache: Any) -> list[Any] | None:
+    """The per-layer (keys, values) holders of a plain dynamic cache, or None (another kind)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if type(cache) is not DynamicCache or not layers or any(type(x) is not DynamicLayer for x in layers):
+        return None
+    return list(layers)
+
+
+def _remember(
+    past: Any, prefill_mask: Any, keys: list[tuple[int, ...]], rows: list[list[int]], owner: tuple[int, int]
+) -> _Prefixes | None:
+    """Each row's cache over its real ids (prompt + sampled ids but the last), without padding."""
+    import torch
+
+    layers = _plain_layers(past)
+    if layers is None:
+        return None
+    width = prefill_mask.shape[1]
+    entries: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}
+    for b, (key, row) in enumerate(zip(keys, rows, strict=True)):
+        if len(row) < 2:
+            continue
+        seq = key + tuple(row[:-1])
+        if seq in entries:
+            continue
+        cols = torch.cat([prefill_mask[b].nonzero().squeeze(-1), torch.arange(width, width + len(row) - 1)])
+        cols = cols.to(prefill_mask.device)
+        entries[seq] = [(x.keys[b : b + 1, :, cols], x.values[b : b + 1, :, cols]) for x in layers]
+    return _Prefixes(owner, entries)
+
+
+def _common_prefix(keys: Sequence[tuple[int, ...]]) -> int:
+    """The number of leading ids all ``keys`` share."""
+    first, n = keys[0], min(len(k) for k in keys)
+    for k in keys[1:]:
+        i = 0
+        while i < n and k[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+def _prefill(
+    model: Any,
+    keys: list[tuple[int, ...]],
+    pad: int,
+    device: Any,
+    store: _Prefixes | None = None,
+    share: int | None = SHARED_PREFIX_MIN,
+) -> tuple[Any, Any, Any]:
+    """The KV cache, last-position logits and attention mask of the prompts ``keys``.
+
+    Equal prompts are computed once. A prompt that extends a sequence of the previous call
+    (``store``: the episode's last turn) reuses that sequence's cache; the other distinct prompts
+    share one prefill of their common leading ids (the system prompt) when there are at least
+    ``share`` (None: never). Only the remaining ids of each prompt are computed, right-aligned
+    after its cached part, with the gap masked and explicit position ids, and only the last
+    position is projected onto the vocabulary.
+    """
     import torch
 
     first: dict[tuple[int, ...], int] = {}
     index: list[int] = []
-    rows: list[int] = []
-    for b, key in enumerate(keys):
+    uniq: list[tuple[int, ...]] = []
+    for key in keys:
         if key not in first:
-            first[key] = len(rows)
-            rows.append(b)
+            first[key] = len(uniq)
+            uniq.append(key)
         index.append(first[key])
+    cached: list[tuple[int, list[tuple[Any, Any]] | None]] = [(0, None)] * len(uniq)
+    if store is not None:
+        cached = [store.longest(u) or (0, None) for u in uniq]
+    fresh = [i for i, (n, _) in enumerate(cached) if n == 0]
     extra = {"logits_to_keep": 1} if forward_takes(model, "logits_to_keep") else {}
-    pick = torch.tensor(rows, device=ids.device)
-    out = model(input_ids=ids[pick], attention_mask=mask[pick], position_ids=positions[pick], use_cache=True, **extra)
+    if len(fresh) > 1 and share is not None:
+        shared = min(_common_prefix([uniq[i] for i in fresh]), min(len(uniq[i]) for i in fresh) - 1)
+        if shared >= share:
+            ids = torch.tensor([uniq[fresh[0]][:shared]], device=device)
+            out = model(input_ids=ids, use_cache=True, **extra)
+            layers = _plain_layers(_cache_of(out))
+            if layers is not None:
+                kv = [(x.keys, x.values) for x in layers]
+                for i in fresh:
+                    cached[i] = (shared, kv)
+    done = max(n for n, _ in cached)
+    todo = max(len(u) - n for u, (n, _) in zip(uniq, cached, strict=True))
+    k = len(uniq)
+    ids = torch.full((k, todo), pad, dtype=torch.long)
+    mask = torch.zeros((k, done + todo), dtype=torch.long)
+    for i, (u, (n, _)) in enumerate(zip(uniq, cached, strict=True)):
+        rest = u[n:]
+        ids[i, todo - len(rest) :] = torch.tensor(rest)
+        mask[i, done - n : done] = 1
+        mask[i, done + todo - len(rest) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]
+    step: dict[str, Any] = {}
+    if done:
+        step[_cache_arg(model)] = _padded_cache(cached, done)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra, **step)
     past, logits = _cache_of(out), out.logits[:, -1, :]
-    if len(rows) < len(keys):
-        expand = torch.tensor(index, device=ids.device)
+    if k < len(keys):
+        expand = torch.tensor(index, device=device)
         past.reorder_cache(expand)  # a Cache object (transformers >= 4.36), copies each layer's rows
-        logits = logits[expand]
-    return past, logits
+        logits, mask = logits[expand], mask[expand]
+    return past, logits, mask
+
+
+def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width: int) -> Any:
+    """One dynamic cache of ``width`` columns from per-prompt caches, each right-aligned (zeros
+    before it, which the attention mask hides)."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    some = next(kv for _, kv in cached if kv is not None)
+    data = []
+    for layer in range(len(some)):
+        parts = []
+        for _, kv in cached:
+            k0, v0 = some[layer]
+            if kv is None:
+                shape = (1, k0.shape[1], width, k0.shape[3])
+                parts.append((k0.new_zeros(shape), v0.new_zeros((1, v0.shape[1], width, v0.shape[3]))))
+                continue
+            key, value = kv[layer]
+            gap = width - key.shape[2]
+            if gap:
+                key = torch.cat([key.new_zeros((1, key.shape[1], gap, key.shape[3])), key], dim=2)
+                value = torch.cat([value.new_zeros((1, value.shape[1], gap, value.shape[3])), value], dim=2)
+            parts.append((key, value))
+        data.append((torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])))
+    return DynamicCache(data)
 
 
 def _cache_arg(model: Any) -> str:

@@ -87,6 +87,10 @@ class LossConfig:
     """Optimiser steps per collected batch (>1 computes the proximal log-probs once first)."""
     micro_batch_size: int = 8
     """Sequences per forward/backward pass (gradient accumulation over the batch)."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input in the forward pass and recompute the rest in the
+    backward pass (transformers' gradient checkpointing): the same gradients, about a third more
+    learner compute, and activation memory of one layer instead of all of them."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip (0: none)."""
     std_scope: Literal["group", "batch"] = "group"

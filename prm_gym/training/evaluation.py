@@ -23,6 +23,7 @@ held-out tasks of each of its envs.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,19 +149,24 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
 
     An :class:`HFPolicy` samples with its own RNG (seeded from ``cfg.seed``), so evaluating never
     changes the training run's random stream; any other policy (a vLLM one, a FakePolicy) is used
-    as it is. With ``--env-url`` the episodes are played on the env server.
+    as it is. With ``--env-url`` the episodes are played on the env server. ``episodes_per_s``:
+    episodes played per second of the whole evaluation (envs, sampling, scoring).
     """
     sampler: Policy = policy
     if isinstance(policy, HFPolicy):
-        seed, dtype = cfg.seed + 7919, policy.sample_dtype
-        sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=seed, sample_dtype=dtype)
+        seed, dtype, reuse = cfg.seed + 7919, policy.sample_dtype, policy.reuse_prefixes
+        sampler = HFPolicy(policy.model, policy.tokenizer, policy.version, seed, dtype, reuse_prefixes=reuse)
     samples: list[EvalSample] = []
     groups: dict[str, dict[str, Any]] = {}
+    start = time.perf_counter()
     for env_id in cfg.env_ids:
         env_samples, env_groups = _evaluate_env(sampler, chat, cfg, env_id, chunk)
         samples += env_samples
         groups.update(env_groups)
-    return report(samples, cfg.eval.k or (1, cfg.eval.samples), groups)
+    seconds = time.perf_counter() - start
+    out = report(samples, cfg.eval.k or (1, cfg.eval.samples), groups)
+    out["episodes_per_s"] = len(samples) / max(seconds, 1e-9)
+    return out
 
 
 def _evaluate_env(

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from prm_gym.core.hf import forward_takes
 from prm_gym.training.batch import Batch
 from prm_gym.training.config import LossConfig
 from prm_gym.training.ddp import rank_chunks, reduce_stats
-from prm_gym.training.fsdp import scalar
+from prm_gym.training.fsdp import is_sharded, scalar
 from prm_gym.training.losses import policy_loss, token_logprobs, truncated_is_weights
 
 
@@ -22,19 +23,36 @@ def micro_logprobs(
     temperature: float,
     autocast: bool = False,
     mask: torch.Tensor | None = None,
+    chunk_tokens: int | None = None,
 ) -> torch.Tensor:
     """``(B, L)`` log-prob of each token of ``ids`` given the ones before it (see
     :func:`token_logprobs`), under bfloat16 autocast with ``autocast``.
 
-    With ``mask`` (1 on the tokens that count) only the positions some row trains on are
-    projected onto the vocabulary (``logits_to_keep``); positions no row trains on are 0. The prompt and
-    tool results of a multi-turn episode are most of its tokens, so this saves most of the
-    ``(B, L, vocab)`` logits' time and memory.
+    With ``mask`` (1 on the tokens that count) only the tokens some row trains on are projected onto
+    the vocabulary; every other entry is 0. The prompt and tool results of a multi-turn episode are
+    most of its tokens, so this saves most of the ``(B, L, vocab)`` logits' time and memory.
+
+    On a plain transformers model the projection runs :func:`chunked_logprobs`: the decoder's
+    hidden states of the trained tokens go through the output layer ``chunk_tokens`` rows at a time
+    (default: :func:`default_chunk`), recomputed in the backward pass, so neither pass holds more
+    than one chunk's logits (the values are the same: the same operations on fewer rows). A model
+    wrapped for DDP/FSDP, or one whose head rescales its logits, projects the union of the trained
+    positions at once (``logits_to_keep``).
     """
+    head = _output_layer(model) if mask is not None else None
+    if head is not None and mask is not None:
+        rows, cols = torch.nonzero(mask[:, 1:] > 0, as_tuple=True)  # position t predicts token t + 1
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+            picked = chunked_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk_tokens)
+        out = torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device)
+        return out.index_put((rows, cols + 1), picked)
     keep = None
     if mask is not None and forward_takes(model, "logits_to_keep"):
-        keep = torch.nonzero(mask[:, 1:].any(0)).squeeze(-1)  # position t predicts token t + 1
-    extra = {} if keep is None else {"logits_to_keep": keep}
+        keep = torch.nonzero(mask[:, 1:].any(0)).squeeze(-1)
+    extra: dict[str, Any] = {"use_cache": False} if forward_takes(model, "use_cache") else {}
+    if keep is not None:
+        extra["logits_to_keep"] = keep
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         logits = model(input_ids=ids, attention_mask=attn, **extra).logits
     if temperature > 0:
@@ -43,6 +61,64 @@ def micro_logprobs(
         return token_logprobs(logits, ids)
     picked = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, keep + 1, None]).squeeze(-1)
     return torch.zeros(ids.shape, dtype=picked.dtype, device=ids.device).index_copy(1, keep + 1, picked)
+
+
+def default_chunk(vocab: int) -> int:
+    """Rows projected at once by :func:`chunked_logprobs`: about 16M logits (64 MB in fp32)."""
+    return max(1, (1 << 24) // max(vocab, 1))
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float, chunk: int | None = None
+) -> torch.Tensor:
+    """``(N,)`` log-prob of ``targets`` (``(N,)`` ids) under ``log_softmax(head(hidden) / temperature)``
+    (``temperature`` 0: 1), computed ``chunk`` rows of ``hidden`` (``(N, d)``) at a time.
+
+    With autograd each chunk is recomputed in the backward pass (activation checkpointing), so
+    neither pass ever holds more than one chunk's ``(chunk, vocab)`` logits, and no fp32 copy of
+    them outlives its chunk. Ops and dtypes are :func:`token_logprobs`'s: the logits in the head's
+    (or autocast's) dtype, divided by the temperature, then ``log_softmax`` in fp32.
+    """
+    vocab = int(getattr(head, "out_features", 0) or head.weight.shape[0])  # type: ignore[union-attr]
+    size = chunk or default_chunk(vocab)
+    parts = []
+    for lo in range(0, hidden.shape[0], size):
+        h, t = hidden[lo : lo + size], targets[lo : lo + size]
+        if torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in head.parameters())):
+            parts.append(checkpoint(_picked_logprobs, h, head, t, temperature, use_reentrant=False))
+        else:
+            parts.append(_picked_logprobs(h, head, t, temperature))
+    if not parts:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    return torch.cat(parts)
+
+
+def _picked_logprobs(h: torch.Tensor, head: torch.nn.Module, t: torch.Tensor, temperature: float) -> torch.Tensor:
+    logits = head(h)
+    if temperature > 0:
+        logits = logits / temperature
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, t[:, None]).squeeze(-1)
+
+
+_RESCALED = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def _output_layer(model: Any) -> torch.nn.Module | None:
+    """The output layer of a plain transformers causal LM whose logits are ``head(decoder(...))``
+    (:func:`chunked_logprobs` applies to it), else None (wrapped for DDP/FSDP, or a head that
+    rescales its logits)."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel) or is_sharded(model):
+        return None
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _RESCALED):
+        return None
+    head = model.get_output_embeddings()
+    decoder = model.get_decoder()
+    if not isinstance(head, torch.nn.Linear) or decoder is None or decoder is model:
+        return None
+    return head
 
 
 def learner_step(
@@ -56,11 +132,46 @@ def learner_step(
     autocast: bool = False,
 ) -> dict[str, float]:
     """``cfg.updates_per_batch`` clipped policy-gradient steps on ``batch`` (micro-batched);
-    ``autocast``: forward and backward under bfloat16 autocast (``--precision bf16``)."""
+    ``autocast``: forward and backward under bfloat16 autocast (``--precision bf16``);
+    ``cfg.activation_checkpointing``: decoder layers recompute their activations in the backward."""
     rows = [i for i in range(batch.input_ids.shape[0]) if batch.loss_mask[i].sum() > 0]
     if not rows:
         return {"loss": 0.0, "trained_rows": 0.0}
     model.train()
+    recompute = cfg.activation_checkpointing and getattr(model, "supports_gradient_checkpointing", False)
+    if recompute:
+        _checkpointing(model, True)
+    try:
+        return _steps(model, optimizer, batch, cfg, rows, ref, temperature, autocast)
+    finally:
+        if recompute:
+            _checkpointing(model, False)
+        model.eval()
+
+
+def _checkpointing(model: Any, on: bool) -> None:
+    """Turn transformers' per-layer activation checkpointing on or off (its name since v5, or before)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+
+
+def _steps(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: LossConfig,
+    rows: list[int],
+    ref: Any,
+    temperature: float,
+    autocast: bool,
+) -> dict[str, float]:
     chunks = rank_chunks(model, rows, cfg.micro_batch_size)  # (this rank's rows, loss weight); all, 1 in one process
     total_tok = float(batch.loss_mask[rows].sum())
     proximal: dict[int, torch.Tensor] = {}
@@ -106,7 +217,6 @@ def learner_step(
         if cfg.max_grad_norm > 0:
             stats["grad_norm"] = scalar(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
         optimizer.step()
-    model.eval()
     stats["trained_rows"] = float(len(rows))
     return stats
 

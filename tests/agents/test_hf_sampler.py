@@ -58,3 +58,46 @@ def test_bf16_sampler_copies_the_weights_and_refreshes_when_the_version_moves(mo
     assert policy.sampler_model() is fast  # refreshed in place
     assert torch.equal(copy, master.to(torch.bfloat16))
     assert all(b.dtype == torch.float32 for b in fast.buffers() if b.is_floating_point())
+
+
+def _turns(policy: HFPolicy, prompts: list[list[int]], tokenizer: Any, params: SamplingParams) -> list[list[Any]]:
+    """Three turns of each prompt: each next prompt is the last one + its generation + a tool result."""
+    out = []
+    for turn in range(3):
+        gens = policy.generate(prompts, params)
+        out.append(gens)
+        prompts = [p + g.token_ids + tokenizer.encode(f" result {turn} ") for p, g in zip(prompts, gens, strict=True)]
+    return out
+
+
+def test_next_turns_prefill_only_their_new_ids_and_sample_as_if_recomputed(model: Any, tiny_tokenizer: Any) -> None:
+    system = tiny_tokenizer.encode("<|im_start|>system\nYou are a careful assistant that solves tasks.<|im_end|>\n")
+    prompts = [system + tiny_tokenizer.encode(f"What is {i} + {3 * i}?") for i in range(4)]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    widths: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)) if kw["input_ids"].shape[1] > 1 else None,
+        with_kwargs=True,
+    )
+    fast = _turns(HFPolicy(model, tiny_tokenizer, seed=5), prompts, tiny_tokenizer, params)
+    longest = max(len(p) for p in prompts)
+    assert widths[0][0] == 1 and widths[0][1] >= len(system)  # the shared system prompt: one prefill row
+    assert widths[1][1] < longest  # then only the rest of each prompt
+    assert all(w <= 6 + len(tiny_tokenizer.encode(" result 1 ")) for _, w in widths[2:])  # later turns: new ids only
+    widths.clear()
+    slow = _turns(HFPolicy(model, tiny_tokenizer, seed=5, reuse_prefixes=False), prompts, tiny_tokenizer, params)
+    assert all(w >= longest for _, w in widths)  # every turn prefilled whole
+    for turn_fast, turn_slow in zip(fast, slow, strict=True):
+        for a, b in zip(turn_fast, turn_slow, strict=True):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_a_weights_update_drops_the_kept_prefixes(model: Any, tiny_tokenizer: Any) -> None:
+    policy = HFPolicy(model, tiny_tokenizer)
+    [g] = policy.generate([tiny_tokenizer.encode("hello there")], GREEDY)
+    assert policy._prefixes is not None and policy._prefixes.entries
+    policy.version += 1
+    seen = _prefill_rows(model)
+    policy.generate([tiny_tokenizer.encode("hello there") + g.token_ids + [5, 6]], GREEDY)
+    assert seen == [1]  # prefilled whole: nothing kept from the old weights was used

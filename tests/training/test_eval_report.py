@@ -108,6 +108,7 @@ def test_evaluate_with_scripted_answers(tiny_tokenizer: Any) -> None:
         "success": [Fraction(1, 2), Fraction(1, 4), 0],
     }
     assert out["infra_error_episodes"] == 1 and out["tasks_scored"] == 3
+    assert out["episodes_per_s"] > 0  # 12 episodes over the evaluation's wall-clock time
     for key, values in per_task.items():
         assert out[key] == pytest.approx(float(sum(values)) / 3), key
         assert out[f"{key}/env=prm/Math-v0"] == out[key]

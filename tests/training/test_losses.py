@@ -73,8 +73,8 @@ def test_masked_logprobs_project_only_the_trained_positions(tiny_tokenizer: Any)
     mask[0, 5:8], mask[1, 9:], mask[2, 6] = 1, 1, 1
     full = micro_logprobs(model, ids, attn, 0.7)
     seen: list[int] = []
-    model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[1]))
+    model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[0]))
     part = micro_logprobs(model, ids, attn, 0.7, mask=mask)
-    assert seen == [6]  # positions 4, 5, 6, 8, 9, 10 predict the masked tokens, not all 12
+    assert seen == [7]  # the 7 masked tokens are projected, not all 3 x 12 positions
     assert torch.allclose(part * mask, full * mask, atol=1e-5)
-    assert part.requires_grad and torch.all(part[:, mask.sum(0) == 0] == 0)
+    assert part.requires_grad and torch.all(part[mask == 0] == 0)
