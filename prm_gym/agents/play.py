@@ -13,11 +13,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from prm_gym.agents.policy_ids import POLICY_HELP
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="prm-play", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="prm/Math-v0", help="a registered env id (default: prm/Math-v0)")
-    p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:tiny or hf:<model dir>")
+    p.add_argument("--policy", default="hf:smollm2-135m", help=POLICY_HELP)
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument("--episodes", type=int, default=1, help="how many episodes to play")
     p.add_argument("--task-id", default=None, help="pin a task by id")
@@ -55,9 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import prm_gym.envs  # noqa: F401  (registers prm/ ids)
     from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.agents.policy_ids import load_policy
     from prm_gym.agents.rollout import run_episode
     from prm_gym.core.errors import PRMError
-    from prm_gym.core.hf import HFPolicy
     from prm_gym.core.policy import SamplingParams
 
     for mod in args.imports:
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kwargs = {"judge": args.judge} if args.judge else {}
         env = gym.make(args.env, **kwargs)
         t0 = time.perf_counter()
-        policy = HFPolicy.from_id(args.policy, seed=args.seed)
+        policy = load_policy(args.policy, seed=args.seed)
         print(f"loaded {args.policy} in {time.perf_counter() - t0:.1f}s")
     except (PRMError, gym.error.Error) as exc:
         print(f"prm-play: error: {exc}", file=sys.stderr)
@@ -75,7 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     for ep in range(args.episodes):
         t0 = time.perf_counter()
-        traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
+        try:
+            traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
+        except PRMError as exc:  # e.g. a chat server that does not answer within its deadline
+            print(f"prm-play: error: {exc}", file=sys.stderr)
+            env.close()
+            return 1
         print_episode(traj, f"episode {ep + 1}: {args.env}", time.perf_counter() - t0)
     env.close()
     return 0

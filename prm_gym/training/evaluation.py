@@ -33,7 +33,7 @@ import numpy as np
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
-from prm_gym.core.policy import Policy, SamplingParams
+from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
 from prm_gym.core.progress import bar
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
@@ -141,7 +141,7 @@ def report(
     return out
 
 
-def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
+def evaluate(policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
     """Play ``cfg.eval.samples`` episodes on each of the first ``cfg.eval.num_tasks`` held-out
     tasks (of each env, in a mixture) and :func:`report` them (``--eval.k``; default: pass@1 and
     pass@samples), overall, per level and per env.
@@ -150,7 +150,7 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
     changes the training run's random stream; any other policy (a vLLM one, a FakePolicy) is used
     as it is. With ``--env-url`` the episodes are played on the env server.
     """
-    sampler: Policy = policy
+    sampler: Policy | ChatPolicy = policy
     if isinstance(policy, HFPolicy):
         seed, dtype = cfg.seed + 7919, policy.sample_dtype
         sampler = HFPolicy(policy.model, policy.tokenizer, version=policy.version, seed=seed, sample_dtype=dtype)
@@ -164,7 +164,7 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
 
 
 def _evaluate_env(
-    sampler: Policy, chat: ChatTemplate, cfg: TrainConfig, env_id: str, chunk: int
+    sampler: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, env_id: str, chunk: int
 ) -> tuple[list[EvalSample], dict[str, dict[str, Any]]]:
     """The samples of one env's held-out tasks, keyed by task id (by env and task id in a mixture),
     and each task's report groups."""
