@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
-from prm_gym.agents.openai_policy import PREFIX as OPENAI_PREFIX
-from prm_gym.agents.openai_policy import OpenAIPolicy
-from prm_gym.core.hf import HFPolicy
-from prm_gym.core.policy import ChatPolicy, Policy
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:  # the policies are imported when one is loaded, so a CLI's --help stays fast
+    from prm_gym.core.policy import ChatPolicy, Policy
+
+OPENAI_PREFIX = "openai:"
 POLICY_HELP = (
     "hf:smollm2-135m, hf:tiny, hf:<model dir or train-agent run dir>, or openai:<model>@<base_url> "
     "(an OpenAI-compatible chat server; key from $OPENAI_API_KEY)"
@@ -27,5 +28,9 @@ def load_policy(policy_id: str, seed: int = 0, sample_dtype: str | None = None) 
         ConfigError: the id is malformed or names nothing loadable.
     """
     if policy_id.startswith(OPENAI_PREFIX):
+        from prm_gym.agents.openai_policy import OpenAIPolicy
+
         return OpenAIPolicy.from_id(policy_id)
+    from prm_gym.core.hf import HFPolicy
+
     return HFPolicy.from_id(policy_id, seed=seed, sample_dtype=sample_dtype)
