@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from prm_gym.core.models import ADAPTER_DIR, BASE_DIR, MODEL_DIR
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.models import ADAPTER_DIR, BASE_DIR, MODEL_DIR, model_dir
 from prm_gym.training.lora import is_lora, save_adapter
 
 
@@ -59,9 +60,13 @@ def _base_folder(model: Any, tokenizer: Any, run: Path, policy_id: str, init_che
     """The transformers folder of a LoRA run's frozen base: the ``hf:<dir>`` policy's own folder,
     else ``<run>/base/`` (written the first time)."""
     name = policy_id[3:] if policy_id.startswith("hf:") else ""
-    own = Path(name).expanduser() if name not in ("", "tiny", "smollm2-135m") else None
-    if own is not None and (own / "config.json").exists() and not init_checkpoint:
-        return own.resolve()
+    if name not in ("", "tiny", "smollm2-135m") and not init_checkpoint:
+        try:
+            own = model_dir(name)  # a model folder, or a run directory's model/
+        except ConfigError:
+            own = None
+        if own is not None and (own / "config.json").exists():
+            return own.resolve()
     target = run / BASE_DIR
     if not (target / "config.json").exists():
         _swap_in(target, lambda tmp: _save_full(base_model(model), tokenizer, tmp))

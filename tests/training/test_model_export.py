@@ -129,3 +129,11 @@ def test_a_folder_with_nothing_loadable_says_what_it_expected(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="--resume"):
         model_dir(tmp_path)
     assert play_main(["--policy", f"hf:{tmp_path}"]) == 2  # one line on stderr, no traceback
+
+
+def test_a_lora_run_on_a_model_folder_points_its_adapter_at_that_folder(full_run: Made, tmp_path: Path) -> None:
+    out = tmp_path / "on-folder"
+    train(small(out, steps=1, policy=f"hf:{full_run[0]}", lora=LoraConfig(rank=4)))
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert Path(config["base_model_name_or_path"]) == (full_run[0] / "model").resolve()
+    assert not (out / "base").exists()  # nothing copied: the base already has a folder
