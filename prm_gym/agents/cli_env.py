@@ -85,9 +85,9 @@ def make_policy_and_env(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.policy == GOLD:
         policy = GoldPolicy()
     else:
-        from prm_gym.core.hf import HFPolicy
+        from prm_gym.agents.policy_ids import load_policy
 
-        policy = HFPolicy.from_id(args.policy, seed=args.seed)
+        policy = load_policy(args.policy, seed=args.seed)
     chat = ChatTemplate(policy.tokenizer, tool_format=args.tool_format)
     env = gym.make(args.env, **chat.env_kwargs(env_kwargs(args)))
     if isinstance(policy, GoldPolicy):

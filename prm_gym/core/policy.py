@@ -3,6 +3,9 @@
 * :class:`Policy` is the protocol the rollout loop and the trainer use.
 * :class:`FakePolicy` replays scripted responses (tests, demos of the env contract).
 * :class:`prm_gym.core.hf.HFPolicy` samples from a transformers model on the CPU or a GPU.
+* :class:`ChatPolicy` is the protocol of policies that speak chat messages instead of token ids
+  (:class:`prm_gym.agents.openai_policy.OpenAIPolicy`, any OpenAI-compatible server): they can
+  play and be evaluated, but not trained, which needs the sampled ids and their log-probs.
 """
 
 from __future__ import annotations
@@ -67,6 +70,52 @@ class Policy(Protocol):
     version: int
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]: ...
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One assistant turn from a chat policy.
+
+    Attributes:
+        text: the action for the env: the reply's content with its tool calls rendered in the
+            env's tool-call format.
+        message: the assistant message as the server returned it (kept in the conversation).
+        finish_reason: the server's finish reason (``stop``, ``tool_calls``, ``length``).
+    """
+
+    text: str
+    message: dict[str, Any]
+    finish_reason: str = "stop"
+
+
+@runtime_checkable
+class ChatPolicy(Protocol):
+    """Anything that answers chat conversations with assistant turns (no token ids).
+
+    Attributes:
+        tokenizer: a tokenizer with a chat template, from which callers build the
+            :class:`prm_gym.agents.chat.ChatTemplate` that gives the system prompt and tool-call
+            format; no token ids are sent.
+        version: the weights' version (constant: nothing trains a chat policy).
+    """
+
+    tokenizer: Any
+    version: int
+
+    def chat(
+        self,
+        conversations: Sequence[list[dict[str, Any]]],
+        tools: Sequence[Sequence[dict[str, Any]]],
+        params: SamplingParams,
+        tool_format: str,
+    ) -> list[ChatReply]:
+        """One reply per conversation (its tools sent as ``tools=``), its tool calls written in
+        ``tool_format`` in :attr:`ChatReply.text`."""
+        ...
+
+    def followup(self, reply: ChatReply, observation: str) -> list[dict[str, Any]]:
+        """The messages that carry the env's ``observation`` of ``reply`` back, after ``reply.message``."""
+        ...
 
 
 @dataclass

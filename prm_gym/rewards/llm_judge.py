@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from prm_gym.core.errors import ConfigError, JudgeError
+from prm_gym.core.http_retry import post_json
 from prm_gym.rewards.guards import GuardConfig, check
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.types import Turn, Verdict
@@ -57,7 +58,6 @@ _SYSTEM = (
     'Reply with ONLY a JSON object: {{"score": <number from 0 to {max_score}>, "reason": "<one sentence>"}}.'
 )
 _FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 #: Seconds one verdict may take in total (connect, reads, retries and their backoff).
@@ -324,36 +324,16 @@ class LLMJudge:
             raise
 
     async def _attempts(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self.usage.retries += 1
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-            self.usage.requests += 1
-            start = time.perf_counter()
-            try:
-                resp = await client.post("/chat/completions", json=body)
-            except httpx.TimeoutException:
-                problem = "timed out"
-                continue
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                continue
-            finally:
-                self.usage.latency_s += time.perf_counter() - start
-            if resp.status_code in _RETRY_STATUS:
-                problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                continue
-            if resp.status_code != 200:
-                raise JudgeError(f"{self.name}: HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}")
-            try:
-                data = resp.json()
-            except ValueError as exc:
-                raise JudgeError(f"{self.name}: response is not JSON: {resp.text[:200]!r}") from exc
-            if not isinstance(data, dict):
-                raise JudgeError(f"{self.name}: response is not a JSON object: {resp.text[:200]!r}")
-            return data
-        raise JudgeError(f"{self.name}: {self.base_url} failed after {self.max_retries + 1} attempts: {problem}")
+        return await post_json(
+            client,
+            "/chat/completions",
+            body,
+            where=self.base_url,
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            counts=self.usage,
+            fail=lambda message: JudgeError(f"{self.name}: {message}"),
+        )
 
 
 def turn_judge(**kwargs: Any) -> LLMJudge:

@@ -1,4 +1,4 @@
-"""An in-process OpenAI-compatible chat server on 127.0.0.1, for tests of LLM judges.
+"""An in-process OpenAI-compatible chat server on 127.0.0.1, for tests of LLM judges and chat policies.
 
 :class:`FakeOpenAIServer` answers ``POST /v1/chat/completions`` and ``GET /v1/models`` on an
 ephemeral port from a background thread. Its replies are scripted by a function of the request's
@@ -120,14 +120,19 @@ class FakeOpenAIServer(LocalHTTPServer):
     """A scriptable OpenAI-compatible server in a background thread.
 
     Args:
-        reply: ``messages -> content`` of the assistant reply; defaults to :func:`gullible`.
+        reply: ``messages -> content`` of the assistant reply, or ``messages -> message``: a dict
+            such as ``{"content": None, "tool_calls": [...]}`` (a policy's structured tool calls);
+            defaults to :func:`gullible`.
         delay_s: seconds to sleep before every answer (to test timeouts and concurrency).
         model: the model id listed by ``/v1/models``.
     """
 
-    def __init__(self, reply: Callable[[Messages], str] = gullible, delay_s: float = 0.0, model: str = "fake"):
+    def __init__(
+        self, reply: Callable[[Messages], str | dict[str, Any]] = gullible, delay_s: float = 0.0, model: str = "fake"
+    ):
         self.reply = reply
         self.model = model
+        self.headers: list[dict[str, str]] = []  # each chat request's HTTP headers (lower-case names)
         super().__init__(_make_handler(self), "fake-openai", delay_s)
 
     def fail_next(self, n: int = 1, status: int = 500, body: str | None = None) -> None:
@@ -143,15 +148,17 @@ class FakeOpenAIServer(LocalHTTPServer):
             messages = request.get("messages")
             if not isinstance(messages, list):
                 return 400, '{"error": {"message": "messages must be a list"}}'
-            content = self.reply(messages)
+            reply = self.reply(messages)
+        message = {"role": "assistant", **reply} if isinstance(reply, dict) else {"role": "assistant", "content": reply}
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
-        completion_tokens = len(content.split())
+        completion_tokens = len(str(message.get("content") or "").split())
         return 200, {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": request.get("model", self.model),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -196,6 +203,7 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, '{"error": {"message": "body is not JSON"}}')
                 return
+            server.headers.append({k.lower(): v for k, v in self.headers.items()})
             status, body = server.complete(request)
             if status == 0:
                 self.close_connection = True

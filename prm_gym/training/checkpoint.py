@@ -1,7 +1,9 @@
 """Atomic checkpoints: everything needed to continue a run exactly.
 
 A checkpoint holds the model and optimiser state, the step and policy version, the sampler's
-RNG state and the config it was made with. It is written to a temporary file in the same
+RNG state and the config it was made with, as tensors, numbers, strings and containers only, so
+``torch.load(..., weights_only=True)`` reads it. (The weights for other tools to load are exported
+beside it: :mod:`prm_gym.training.model_export`.) It is written to a temporary file in the same
 directory, flushed to disk and moved into place with :func:`os.replace`, so a crash never
 leaves a half-written ``checkpoint.pt``.
 """
@@ -48,7 +50,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         target = target / CHECKPOINT
     if not target.exists():
         raise ConfigError(f"no checkpoint at {str(target)!r}; train first or drop --resume.")
-    state: dict[str, Any] = torch.load(target, map_location="cpu", weights_only=False)
+    # tensors, numbers, strings and containers only: loads without unpickling arbitrary objects
+    state: dict[str, Any] = torch.load(target, map_location="cpu", weights_only=True)
     return state
 
 

@@ -7,6 +7,7 @@ Examples::
     train-agent --env prm/Math-v0 --algo tree-grpo --tree.num-trees 2 --tree.expand-nodes 3 --group-size 8
     train-agent --asynchronous.enabled --asynchronous.max-staleness 2 --output-dir runs/async
     train-agent --mode eval --output-dir runs/async
+    train-agent --mode eval --policy openai:qwen2.5:0.5b@http://localhost:11434/v1 --output-dir runs/ollama
     train-agent --backend ray --num-workers 4 --steps 20
     train-agent --imports weather_agent --env weather/Forecast-v0 --steps 5
 """
@@ -68,16 +69,19 @@ def merge_repeated(argv: list[str], flag: str) -> list[str]:
 def run_eval(cfg: TrainConfig) -> dict[str, float]:
     """Evaluate the latest checkpoint in ``cfg.output_dir`` (or the initial policy) and save eval.json."""
     from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
+    from prm_gym.agents.policy_ids import load_policy
     from prm_gym.core.hf import HFPolicy
     from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
     from prm_gym.training.evaluation import evaluate
     from prm_gym.training.lora import apply_checkpoint
     from prm_gym.training.run import initial_weights
 
-    policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
+    policy = load_policy(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
     ckpt = Path(cfg.output_dir) / CHECKPOINT
     source = cfg.init_checkpoint or (str(ckpt) if ckpt.exists() else "")
-    if cfg.init_checkpoint:
+    if not isinstance(policy, HFPolicy):  # a chat server's model: no weights of ours to load
+        source = ""
+    elif cfg.init_checkpoint:
         policy.model = initial_weights(policy.model, load_checkpoint(cfg.init_checkpoint))
     elif source:
         policy.model = apply_checkpoint(policy.model, load_checkpoint(source))  # LoRA: adapters onto --policy
@@ -86,7 +90,8 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     )
     result = evaluate(policy, chat, cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(cfg.output_dir) / "eval.json").write_text(json.dumps({"checkpoint": source, **result}, indent=2))
+    summary = {"policy": cfg.policy, "checkpoint": source, **result}
+    (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(summary, indent=2))
     return result
 
 

@@ -64,8 +64,10 @@ class TrainConfig:
     imports: tuple[str, ...] = ()
     """Modules to import first, so their envs and judges resolve (e.g. weather_agent)."""
     policy: str = "hf:tiny"
-    """Policy id: hf:tiny, hf:smollm2-135m, hf:<directory>, vllm:<url>[,<url>...] (vLLM servers), or
-    vllm-engine:<directory> (vLLM in this process, sampling from the HF weights the learner trains)."""
+    """Policy id: hf:tiny, hf:smollm2-135m, hf:<directory> (a model folder or a train-agent run directory),
+    vllm:<url>[,<url>...] (vLLM servers), vllm-engine:<directory> (vLLM in this process, sampling from the HF
+    weights the learner trains), or, with --mode eval only, openai:<model>@<base_url> (any OpenAI-compatible chat
+    server; key from $OPENAI_API_KEY)."""
     vllm_weights: str = ""
     """With --policy vllm:<url>: the hf: id of the weights the servers serve (the learner trains
     them, writes them back and the servers reload them after every step)."""
@@ -175,10 +177,18 @@ class TrainConfig:
             "give the env server's base URL, e.g. http://localhost:8000 (start one with prm-serve)",
         )
         check(
-            self.policy.startswith(("hf:", "vllm:", "vllm-engine:")),
+            self.policy.startswith(("hf:", "vllm:", "vllm-engine:", "openai:")),
             "policy",
             self.policy,
-            "use hf:tiny, hf:<dir>, vllm:<url> or vllm-engine:<dir>",
+            "use hf:tiny, hf:<dir>, vllm:<url>, vllm-engine:<dir> or (with --mode eval) openai:<model>@<base_url>",
+        )
+        check(
+            self.mode == "eval" or not self.policy.startswith("openai:"),
+            "policy",
+            self.policy,
+            "an openai: chat-server policy can be evaluated (--mode eval) but not trained: training needs the "
+            "token ids the policy sampled and their log-probs, which a chat API does not return; train hf:<model> "
+            "or vllm:<url> with --vllm-weights",
         )
         check(
             not self.policy.startswith("vllm:") or self.vllm_weights.startswith("hf:"),

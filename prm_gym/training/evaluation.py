@@ -34,7 +34,7 @@ import numpy as np
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
-from prm_gym.core.policy import Policy, SamplingParams
+from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
 from prm_gym.core.progress import bar
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
@@ -142,7 +142,7 @@ def report(
     return out
 
 
-def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
+def evaluate(policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
     """Play ``cfg.eval.samples`` episodes on each of the first ``cfg.eval.num_tasks`` held-out
     tasks (of each env, in a mixture) and :func:`report` them (``--eval.k``; default: pass@1 and
     pass@samples), overall, per level and per env.
@@ -152,7 +152,7 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
     as it is. With ``--env-url`` the episodes are played on the env server. ``episodes_per_s``:
     episodes played per second of the whole evaluation (envs, sampling, scoring).
     """
-    sampler: Policy = policy
+    sampler: Policy | ChatPolicy = policy
     if isinstance(policy, HFPolicy):
         seed, dtype, reuse = cfg.seed + 7919, policy.sample_dtype, policy.reuse_prefixes
         sampler = HFPolicy(policy.model, policy.tokenizer, policy.version, seed, dtype, reuse_prefixes=reuse)
@@ -170,7 +170,7 @@ def evaluate(policy: Policy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 
 
 
 def _evaluate_env(
-    sampler: Policy, chat: ChatTemplate, cfg: TrainConfig, env_id: str, chunk: int
+    sampler: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, env_id: str, chunk: int
 ) -> tuple[list[EvalSample], dict[str, dict[str, Any]]]:
     """The samples of one env's held-out tasks, keyed by task id (by env and task id in a mixture),
     and each task's report groups."""

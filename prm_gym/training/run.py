@@ -31,6 +31,7 @@ from prm_gym.training.lora import (
     plain_copy,
     trainable,
 )
+from prm_gym.training.model_export import export_model
 
 
 def env_factory(env_id: str, kwargs: dict[str, Any], env_url: str = "") -> Callable[[], gym.Env]:
@@ -146,7 +147,8 @@ def initial_weights(model: Any, state: dict[str, Any]) -> Any:
 
 def checkpoint(run: Run) -> Path:
     """Save the run atomically; a LoRA run saves its adapters only (the base is rebuilt from
-    --policy and --init-checkpoint, and so is the reference, which is the base)."""
+    --policy and --init-checkpoint, and so is the reference, which is the base). Beside it the
+    weights are exported for transformers, peft and vLLM (:mod:`prm_gym.training.model_export`)."""
     lora = is_lora(run.policy.model)
     state = {
         "model": adapter_state(run.policy.model) if lora else run.policy.model.state_dict(),
@@ -157,7 +159,9 @@ def checkpoint(run: Run) -> Path:
         "ref": run.ref.state_dict() if run.ref is not None and not lora else None,
         "config": asdict(run.cfg),
     }
-    return save_checkpoint(run.cfg.output_dir, state)
+    path = save_checkpoint(run.cfg.output_dir, state)
+    export_model(run.policy.model, run.policy.tokenizer, run.cfg.output_dir, run.cfg.policy, run.cfg.init_checkpoint)
+    return path
 
 
 def checkpoint_due(cfg: TrainConfig, step: int) -> bool:

@@ -1,0 +1,36 @@
+"""The policy a ``--policy`` id names, for the commands that play with one (``prm-play``,
+``prm-export``, ``train-agent --mode eval``):
+
+* ``hf:tiny``, ``hf:smollm2-135m``, ``hf:<dir>`` (a transformers or peft folder, or a
+  ``train-agent`` run directory): :class:`prm_gym.core.hf.HFPolicy`;
+* ``openai:<model>[@<base_url>]``: :class:`prm_gym.agents.openai_policy.OpenAIPolicy`, any
+  OpenAI-compatible chat server (play and evaluate only).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the policies are imported when one is loaded, so a CLI's --help stays fast
+    from prm_gym.core.policy import ChatPolicy, Policy
+
+OPENAI_PREFIX = "openai:"
+POLICY_HELP = (
+    "hf:smollm2-135m, hf:tiny, hf:<model dir or train-agent run dir>, or openai:<model>@<base_url> "
+    "(an OpenAI-compatible chat server; key from $OPENAI_API_KEY)"
+)
+
+
+def load_policy(policy_id: str, seed: int = 0, sample_dtype: str | None = None) -> Policy | ChatPolicy:
+    """The policy ``policy_id`` names (see the module docstring).
+
+    Raises:
+        ConfigError: the id is malformed or names nothing loadable.
+    """
+    if policy_id.startswith(OPENAI_PREFIX):
+        from prm_gym.agents.openai_policy import OpenAIPolicy
+
+        return OpenAIPolicy.from_id(policy_id)
+    from prm_gym.core.hf import HFPolicy
+
+    return HFPolicy.from_id(policy_id, seed=seed, sample_dtype=sample_dtype)
