@@ -18,6 +18,7 @@ exhaustive float32 scorer on every query, and the memory of our index arrays.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -27,7 +28,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from bench_search import alternate
 from result_line import emit, spread
 
 from prm_gym.envs.search_index import BM25Index, Passage, write_corpus
@@ -63,6 +63,22 @@ def zipf_corpus(n: int, vocab: int, exponent: float, nq: int, seed: int = 0) -> 
     return passages, queries
 
 
+def alternate(fns: dict[str, Callable[[], object]], reps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds (this process, every thread: a JVM's too) per call of each function,
+    in alternated rounds after one warm-up round. On a shared machine the CPU time is the steadier
+    measure; both are printed."""
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for rnd in range(reps + 1):
+        for name, fn in fns.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            if rnd:
+                wall[name].append(time.perf_counter() - t)
+                cpu[name].append(time.process_time() - c)
+    return wall, cpu
+
+
 def exhaustive(index: BM25Index, query: str, k: int) -> tuple[list[int], list[float]]:
     """Every document scored (float32, terms in query order); the k best, ties by lower index."""
     scores = np.zeros(len(index), dtype=np.float32)
@@ -82,11 +98,16 @@ def index_bytes(index: BM25Index) -> int:
 
 def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
     t = time.perf_counter()
-    passages, queries = zipf_corpus(n, args.vocab, args.exponent, args.queries, seed=n)
-    gen_s = time.perf_counter() - t
-    t = time.perf_counter()
-    index = BM25Index.build(passages).warm()
-    build = time.perf_counter() - t
+    passages: list[Passage] = []
+    if args.from_ids:  # our index from the word ranks; pyserini's from the same passages as text
+        index, build = index_from_ids(n, args)
+        queries, gen_s = id_queries(n, args), 0.0
+    else:
+        passages, queries = zipf_corpus(n, args.vocab, args.exponent, args.queries, seed=n)
+        gen_s = time.perf_counter() - t
+        t = time.perf_counter()
+        index = BM25Index.build(passages).warm()
+        build = time.perf_counter() - t
     postings = len(index.doc_ids)
     print(f"\n{n} passages (generated in {gen_s:.0f}s), {len(index.vocab)} terms, {postings} postings; "
           f"{len(queries)} queries, k=10, 1 thread, {args.reps} alternated rounds")  # fmt: skip
@@ -107,17 +128,20 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
     except ImportError:
         print("pyserini   not installed (pip install 'prm-gym[pyserini]'): skipped")
     else:
-        corpus = write_corpus(passages, tmp / f"c{n}" / "docs.jsonl")
+        where = tmp / f"c{n}" / "docs.jsonl"
+        corpus = write_id_corpus(n, args, where) if args.from_ids else write_corpus(passages, where)
         t = time.perf_counter()
         build_lucene_index(corpus, tmp / f"l{n}", threads=2)
         print(f"pyserini   build {time.perf_counter() - t:6.1f}s (2 indexing threads)")
         searcher = PyseriniRetriever(tmp / f"l{n}", threads=1)
         fns["pyserini"] = lambda: searcher.search_batch(queries, 10)
     del passages
-    times = alternate(fns, args.reps)
+    times, cpu_times = alternate(fns, args.reps)
     ms = {name: [s / len(queries) * 1e3 for s in ts] for name, ts in times.items()}
+    cpu = {name: [s / len(queries) * 1e3 for s in ts] for name, ts in cpu_times.items()}
     for name, vals in ms.items():
-        print(f"{name:<10} {statistics.median(vals):7.3f} ms/query  (min {min(vals):.3f}, max {max(vals):.3f})")
+        print(f"{name:<10} {statistics.median(vals):7.3f} ms/query wall (min {min(vals):.3f}, max {max(vals):.3f}), "
+              f"{statistics.median(cpu[name]):7.3f} ms/query CPU (min {min(cpu[name]):.3f})")  # fmt: skip
     if searcher is not None:
         mine = [[ids[i] for i in index.rank(q, 10)[0].tolist()] for q in queries]
         theirs = [[p.id for p in hits] for hits in searcher.search_batch(queries, 10)]
@@ -132,6 +156,9 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
              med(ms["pyserini"]), cond, "ms/query", "lower",
              f"ours {spread(ms['prm bm25'])}, pyserini {spread(ms['pyserini'])}; overlap@10 {overlap:.3f}, "
              f"identical to exhaustive {same}/{min(args.check, len(queries))}")  # fmt: skip
+        emit("bm25_scale", f"BM25 CPU ms/query, k=10, {n:,} Zipf passages (vs Lucene)", med(cpu["prm bm25"]),
+             med(cpu["pyserini"]), cond + "; CPU time of the process (the JVM's threads included)", "ms/query",
+             "lower", f"ours {spread(cpu['prm bm25'])}, pyserini {spread(cpu['pyserini'])}")  # fmt: skip
         searcher.close()
     print(f"peak resident memory of this process so far: {peak_rss_mib():,.0f} MiB (pyserini's JVM included)")
 
@@ -151,28 +178,58 @@ class _Ids(Sequence[Passage]):
         return Passage(f"p{i:08d}", "", "")
 
 
-def big_row(n: int, args: argparse.Namespace) -> None:
-    """Our index alone on ``n`` generated passages, built from term ids in chunks (no text, no
-    pyserini: its index build at this size is out of this machine's budget)."""
-    chunk = 250_000
+def id_chunks(n: int, args: argparse.Namespace) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """The corpus as chunks of ``(word ranks, lengths)``, drawn again identically on every call."""
 
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for c, lo in enumerate(range(0, n, chunk)):
+        for c, lo in enumerate(range(0, n, 250_000)):
             rng = np.random.default_rng([n, c])
-            lengths = rng.integers(80, 121, min(chunk, n - lo))
+            lengths = rng.integers(80, 121, min(250_000, n - lo))
             yield zipf_sampler(args.vocab, args.exponent, rng)(int(lengths.sum())).astype(np.int32), lengths
 
+    return chunks
+
+
+def index_from_ids(n: int, args: argparse.Namespace) -> tuple[BM25Index, float]:
+    """Our index of :func:`id_chunks` built from the word ranks in chunks (the same index the
+    text would give: the words are unchanged by the analyzer), and its build seconds."""
     t = time.perf_counter()
+    chunks = id_chunks(n, args)
+    lengths = [ln for _, ln in chunks()]
     arrays = postings_in_chunks(chunks, args.vocab)
-    lengths = np.concatenate([ln for _, ln in chunks()])
     vocab = {f"w{r}": r for r in range(args.vocab)}
-    params = {"k1": 0.9, "b": 0.4, "avgdl": bm25_avgdl(lengths)}
-    index = BM25Index(_Ids(n), vocab, *arrays, Analyzer("none"), params).warm()
-    build = time.perf_counter() - t
+    params = {"k1": 0.9, "b": 0.4, "avgdl": bm25_avgdl(np.concatenate(lengths))}
+    return BM25Index(_Ids(n), vocab, *arrays, Analyzer("none"), params).warm(), time.perf_counter() - t
+
+
+def write_id_corpus(n: int, args: argparse.Namespace, path: Path) -> Path:
+    """:func:`id_chunks` as a jsonl corpus of text, for pyserini."""
+    words = [f"w{r}" for r in range(args.vocab)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        base = 0
+        for ranks, lengths in id_chunks(n, args)():
+            at, rl = 0, ranks.tolist()
+            for i, ln in enumerate(lengths.tolist()):
+                text = " ".join([words[r] for r in rl[at : at + ln]])
+                fh.write(json.dumps({"id": f"p{base + i:08d}", "contents": text}) + "\n")
+                at += ln
+            base += len(lengths)
+    return path
+
+
+def id_queries(n: int, args: argparse.Namespace) -> list[str]:
     rng = np.random.default_rng(n + 1)
     draw = zipf_sampler(args.vocab, args.exponent, rng)
     qlens = rng.choice(QUERY_LENGTHS, args.queries, p=QUERY_LENGTH_P)
-    queries = [" ".join(f"w{r}" for r in draw(int(m)).tolist()) for m in qlens]
+    return [" ".join(f"w{r}" for r in draw(int(m)).tolist()) for m in qlens]
+
+
+def big_row(n: int, args: argparse.Namespace) -> None:
+    """Our index alone on ``n`` generated passages, built from term ids in chunks (no text, no
+    pyserini: its index build at this size is out of this machine's budget)."""
+    index, build = index_from_ids(n, args)
+    queries = id_queries(n, args)
     gib = index_bytes(index) / 2**30, index.blockmax.nbytes / 2**30
     print(f"\n{n} passages (ours only), {len(index.doc_ids)} postings, built from term ids in chunks in "
           f"{build:.0f}s; index arrays {gib[0]:.2f} GiB (block tables {gib[1]:.2f} GiB)")  # fmt: skip
@@ -183,10 +240,10 @@ def big_row(n: int, args: argparse.Namespace) -> None:
         for q in queries[: args.check // 4]
     )
     print(f"top-10 (ids and scores) identical to exhaustive scoring: {same}/{min(args.check // 4, len(queries))}")
-    times = alternate({"prm bm25": lambda: [index.rank(q, 10) for q in queries]}, args.reps)["prm bm25"]
-    ms = [s / len(queries) * 1e3 for s in times]
-    print(f"prm bm25   {statistics.median(ms):7.3f} ms/query  (min {min(ms):.3f}, max {max(ms):.3f}), "
-          f"{len(queries)} queries, k=10, 1 thread")  # fmt: skip
+    wall, cpu = alternate({"prm bm25": lambda: [index.rank(q, 10) for q in queries]}, args.reps)
+    ms, cms = ([s / len(queries) * 1e3 for s in x["prm bm25"]] for x in (wall, cpu))
+    print(f"prm bm25   {statistics.median(ms):7.3f} ms/query wall (min {min(ms):.3f}, max {max(ms):.3f}), "
+          f"{statistics.median(cms):7.3f} ms/query CPU; {len(queries)} queries, k=10, 1 thread")  # fmt: skip
     print(f"peak resident memory of this process: {peak_rss_mib():,.0f} MiB")
 
 
@@ -202,6 +259,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=1_000_000)
     ap.add_argument("--exponent", type=float, default=1.05)
     ap.add_argument("--big", type=int, default=0, help="passages of a row with our index alone (0: skip)")
+    ap.add_argument("--from-ids", action="store_true", help="build ours from word ranks in chunks (fast, lean)")
     ap.add_argument("--check", type=int, default=100, help="queries checked against exhaustive scoring")
     args = ap.parse_args()
     print(f"load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -85,11 +85,17 @@ class BlockMax:
             s, e = int(indptr[t]), int(indptr[t + 1])
             row[doc_ids[s:e]] = impacts[s:e]
             self.dense[t] = row.reshape(self.n_blocks, 1 << shift)
+        self.dense_max = {t: row.max(axis=1) for t, row in self.dense.items()}
+        #: Per term, its largest impact (0 for a term without postings).
+        self.term_max = np.zeros(len(df), dtype=np.float32)
+        some = df > 0
+        if some.any():
+            self.term_max[some] = np.maximum.reduceat(impacts, indptr[:-1][some])
 
     @property
     def nbytes(self) -> int:
         """Memory the block tables take, in bytes (the postings themselves not counted)."""
-        dense = sum(row.nbytes for row in self.dense.values())
+        dense = sum(row.nbytes for row in self.dense.values()) + sum(r.nbytes for r in self.dense_max.values())
         return int(self.gptr.nbytes + self.gblock.nbytes + self.gmax.nbytes + dense)
 
     # ------------------------------------------------------------------ bounds
@@ -210,9 +216,13 @@ class BlockMax:
         bound = np.zeros(self.n_blocks, dtype=np.float32)
         top: dict[int, float] = {}
         for t, m in mult.items():
+            top[t] = float(self.term_max[t]) * m
+            row = self.dense_max.get(t)
+            if row is not None:
+                bound += np.float32(m) * row
+                continue
             blk, mx = self._maxima(t)
             bound[blk] += np.float32(m) * mx
-            top[t] = float(mx.max()) * m if len(mx) else 0.0
         bound *= np.float32(1 + SLACK)
         live = np.flatnonzero(bound)
         best_d, best_s = _EMPTY_I, _EMPTY_F
