@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ import pytest
 from prm_gym.core.errors import ConfigError, ToolError
 from prm_gym.envs.search_index import BM25Index, Passage, open_retriever, read_corpus, write_corpus
 from prm_gym.envs.search_index.analyzer import Analyzer
-from prm_gym.envs.search_index.bm25 import lucene_norm_length
+from prm_gym.envs.search_index.bm25 import lucene_norm_length, postings, postings_in_chunks
 from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
 
 
@@ -71,8 +73,20 @@ def test_fast_path_equals_exhaustive_scoring() -> None:
     for q in queries:
         tids = [t for t in (index.vocab.get(x) for x in index.analyzer(q)) if t is not None]
         fast = index.rank(q, 10)
-        full = index._rank_all(tids, 10) if tids else fast
+        full = _exhaustive(index, tids, 10)
         assert fast[0].tolist() == full[0].tolist(), q
+
+
+def _exhaustive(index: BM25Index, tids: list[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The reference: every document scored (float32, terms added in query order), the k best
+    positive scores, ties by the lower document index."""
+    scores = np.zeros(len(index), dtype=np.float32)
+    for t in tids:
+        s, e = index.indptr[t], index.indptr[t + 1]
+        scores[index.doc_ids[s:e]] += index.impacts[s:e]
+    order = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    order = order[scores[order] > 0]
+    return order, scores[order]
 
 
 def test_generated_questions_retrieve_their_gold_passage() -> None:
@@ -168,7 +182,7 @@ def test_candidate_scoring_equals_exhaustive_scoring_on_a_zipfian_corpus() -> No
     index, queries = _zipf_index()
     for q in [*queries, "w0 w0 w1", "w19999x"]:  # a repeated word counts twice, as in Lucene
         tids = [t for t in (index.vocab.get(x) for x in index.analyzer(q)) if t is not None]
-        fast, full = index.rank(q, 10), index._rank_all(tids, 10)
+        fast, full = index.rank(q, 10), _exhaustive(index, tids, 10)
         assert fast[0].tolist() == full[0].tolist() and fast[1].tolist() == full[1].tolist(), q
 
 
@@ -183,3 +197,84 @@ def test_batch_search_spreads_over_threads_with_the_same_results() -> None:
     index.close()
     assert index.search_batch(queries[:5], 10) == alone[:5]  # closed: a later batch starts it again
     index.close()
+
+
+def _random_index(rng: np.random.Generator, n: int, vocab: int, exponent: float, length: int) -> BM25Index:
+    """Passages of Zipfian words over ``vocab`` (rank 0 commonest), lengths 1..2*length."""
+    weights = np.arange(1, vocab + 1, dtype=float) ** -exponent
+    lengths = rng.integers(1, 2 * length + 1, n)
+    draws = rng.choice(vocab, size=int(lengths.sum()), p=weights / weights.sum())
+    cuts = np.cumsum(lengths)[:-1]
+    return BM25Index.build(
+        Passage(f"d{i:06d}", "", " ".join(f"t{j}z" for j in words)) for i, words in enumerate(np.split(draws, cuts))
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_max_top_k_is_identical_to_exhaustive_scoring(seed: int) -> None:
+    """Random corpora (sizes across the block size, flat to steep vocabularies, short and long
+    passages): ids and float32 scores of the top k equal scoring every document, for common,
+    rare, absent and repeated words and k from 1 to more than the matching documents."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([7, 130, 900, 5000]))
+    index = _random_index(rng, n, int(rng.choice([30, 3000])), float(rng.uniform(0.6, 1.3)), int(rng.integers(3, 60)))
+    words = sorted(index.vocab)
+    for _ in range(60):
+        q = " ".join(rng.choice(words, int(rng.integers(1, 9))).tolist())
+        q += " nosuchword" * int(rng.integers(0, 2))
+        tids = [index.vocab[t] for t in index.analyzer(q) if t in index.vocab]
+        for k in (1, 10, int(rng.integers(1, 101))):
+            got, want = index.rank(q, k), _exhaustive(index, tids, k)
+            assert got[0].tolist() == want[0].tolist(), (q, k)
+            assert got[1].tolist() == want[1].tolist(), (q, k)
+
+
+def test_ties_at_the_cut_rank_by_lower_index_as_exhaustive_scoring() -> None:
+    """Many documents with the same text: every score ties, across many blocks; the top k are
+    the k lowest indices, as scoring every document gives, whatever block is scored first."""
+    same = [Passage(f"d{i:05d}", "", "alpha beta" if i % 7 else "alpha beta gamma") for i in range(3000)]
+    index = BM25Index.build(same)
+    for q, k in (("alpha", 10), ("alpha beta", 25), ("gamma alpha", 10), ("beta beta", 3)):
+        tids = [index.vocab[t] for t in index.analyzer(q)]
+        got, want = index.rank(q, k), _exhaustive(index, tids, k)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist(), q
+
+
+def test_a_query_scores_a_small_part_of_a_large_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No dense fallback: a query with a rare word and common words scores a few blocks, not
+    every document (the old path scored all of them past a candidate limit)."""
+    rng = np.random.default_rng(3)
+    index = _random_index(rng, 20_000, 5000, 1.05, 30).warm()
+    scored: list[int] = []
+    real = index.blockmax._score_blocks
+
+    def counting(tids: list[int], sel: np.ndarray, *rest: object) -> tuple[np.ndarray, np.ndarray]:
+        scored.append(len(sel))
+        return real(tids, sel, *rest)
+
+    monkeypatch.setattr(index.blockmax, "_score_blocks", counting)
+    common = [w for w, _ in sorted(index.vocab.items(), key=lambda kv: -int(np.diff(index.indptr)[kv[1]]))[:3]]
+    df = np.diff(index.indptr)
+    rare = next(w for w, t in index.vocab.items() if 20 <= df[t] <= 40)
+    got = index.rank(" ".join([*common, rare]), 10)
+    tids = [index.vocab[t] for t in [*common, rare]]
+    assert got[0].tolist() == _exhaustive(index, tids, 10)[0].tolist()
+    assert sum(scored) * 2**index.blockmax.shift < len(index) / 4, scored
+
+
+def test_postings_built_in_chunks_equal_postings_built_at_once() -> None:
+    """The low-memory build (two passes over chunks of documents) gives the very same arrays."""
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 30, 1000)
+    term_ids = rng.zipf(1.3, int(lengths.sum())).clip(max=499).astype(np.int32) - 1
+    whole = postings(term_ids, lengths, 500)
+    cuts = [0, 1, 333, 334, 900, 1000]
+    ends = np.concatenate([[0], np.cumsum(lengths)])
+
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for lo, hi in itertools.pairwise(cuts):
+            yield term_ids[ends[lo] : ends[hi]], lengths[lo:hi]
+
+    parts = postings_in_chunks(chunks, 500)
+    for a, b in zip(whole, parts, strict=True):
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()

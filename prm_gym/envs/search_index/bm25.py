@@ -9,7 +9,8 @@ whose scoring is not Lucene's. ``benchmarks/bench_search.py`` measures this inde
 bm25s and pyserini side by side.
 
 Scores are precomputed per posting ("impact" = idf * tf-saturation), stored in CSR layout by
-term, so a query is a few vectorised gathers and one partial sort.
+term with documents ascending; a query is exact top-k by block-max pruning (``blockmax.py``):
+a few vectorised gathers over the blocks of documents that can still reach the top k.
 
 Build one from the command line::
 
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import threading
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,11 +31,11 @@ import numpy as np
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.progress import track
 from prm_gym.envs.search_index.analyzer import Analyzer
+from prm_gym.envs.search_index.blockmax import BlockMax
 from prm_gym.envs.search_index.protocol import Passage, check_query, read_corpus, read_index_meta, save_index_dir
 
 FORMAT = "prm-bm25/1"
 _FREE = 24  # Lucene SmallFloat: lengths below this are stored exactly
-_DENSE_BUDGET = 64 << 20  # bytes of dense score rows kept for the most frequent terms
 
 
 def lucene_norm_length(lengths: np.ndarray) -> np.ndarray:
@@ -50,33 +51,67 @@ def lucene_norm_length(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest positive scores, best first, ties by lower index (as Lucene).
+def bm25_avgdl(lengths: np.ndarray) -> float:
+    """The average document length BM25 normalises by."""
+    return max(float(np.sum(lengths)) / max(len(lengths), 1), 1e-9)
 
-    BM25 gives many tied scores, on which ``argpartition`` is slow; instead a falling
-    threshold keeps the few scores near the top, and tied groups are taken whole in index order.
+
+def postings(
+    term_ids: np.ndarray, lengths: np.ndarray, n_terms: int, k1: float = 0.9, b: float = 0.4
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr, doc_ids, impacts)``: the postings, CSR by term with documents ascending, of the
+    documents whose term ids, concatenated in document order, are ``term_ids`` (``lengths[d]``
+    of them for document ``d``); impacts are Lucene's BM25 with these ``k1`` and ``b``."""
+    return postings_in_chunks(lambda: iter([(term_ids, lengths)]), n_terms, k1, b)
+
+
+Chunk = tuple[np.ndarray, np.ndarray]
+
+
+def _chunk_postings(term_ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(terms, local docs, tf)`` of one chunk, sorted by term then document."""
+    n = len(lengths)
+    keys, tf = np.unique(term_ids.astype(np.int64) * n + np.repeat(np.arange(n), lengths), return_counts=True)
+    return keys // n, keys % n, tf
+
+
+def postings_in_chunks(
+    chunks: Callable[[], Iterator[Chunk]], n_terms: int, k1: float = 0.9, b: float = 0.4
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`postings` of a corpus given as consecutive chunks of documents, in little memory.
+
+    ``chunks()`` yields ``(term_ids, lengths)`` per chunk, the same chunks each time it is called:
+    it is called twice, once to count the document frequencies and lengths, once to fill the
+    postings in place. Memory: the postings (8 bytes each) plus one chunk's work.
     """
-    if len(scores) == 0 or (top := float(scores.max())) <= 0:
-        return np.zeros(0, np.int64)
-    thr = 0.0
-    if len(scores) > 4096:
-        for frac in (0.75, 0.5, 0.3, 0.15, 0.05):
-            if np.count_nonzero(scores >= top * frac) >= k:
-                thr = top * frac
-                break
-    idx = np.flatnonzero(scores >= thr) if thr > 0 else np.flatnonzero(scores > 0)
-    vals = scores[idx]
-    if len(idx) <= 4096:
-        return idx[np.lexsort((idx, -vals))[:k]]
-    out: list[np.ndarray] = []
-    taken = 0
-    while taken < k and len(vals):  # one distinct score per pass, best first
-        eq = vals == vals.max()
-        group = idx[eq][: k - taken]
-        out.append(group)
-        taken += len(group)
-        idx, vals = idx[~eq], vals[~eq]
-    return np.concatenate(out) if out else np.zeros(0, np.int64)
+    df = np.zeros(n_terms, dtype=np.int64)
+    all_lengths, first = [], None
+    for i, (term_ids, lengths) in enumerate(chunks()):
+        got = _chunk_postings(term_ids, lengths)
+        df += np.bincount(got[0], minlength=n_terms)
+        all_lengths.append(np.asarray(lengths, dtype=np.int64))
+        first = got if i == 0 else None  # a single chunk is not worked twice
+    lengths = np.concatenate(all_lengths)
+    n = len(lengths)
+    indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
+    idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+    norm = (k1 * ((1 - b) + b * lucene_norm_length(lengths) / bm25_avgdl(lengths))).astype(np.float32)
+    doc_ids = np.empty(int(indptr[-1]), dtype=np.int32)
+    impacts = np.empty(int(indptr[-1]), dtype=np.float32)
+    fill, base = indptr[:-1].copy(), 0
+    again = iter([(np.zeros(0, np.int32), all_lengths[0])]) if first is not None else chunks()
+    for term_ids, chunk_lengths in again:
+        terms, local, tf = first if first is not None else _chunk_postings(term_ids, chunk_lengths)
+        count = np.bincount(terms, minlength=n_terms)
+        starts = np.concatenate([[0], np.cumsum(count)[:-1]])
+        dest = fill[terms] + np.arange(len(terms)) - starts[terms]
+        docs = local + base
+        tf32 = tf.astype(np.float32)
+        doc_ids[dest] = docs
+        impacts[dest] = idf[terms] * tf32 / (tf32 + norm[docs])
+        fill += count
+        base += len(chunk_lengths)
+    return indptr, doc_ids, impacts
 
 
 class BM25Index:
@@ -97,19 +132,17 @@ class BM25Index:
         analyzer: Analyzer,
         params: dict[str, float],
     ):
-        self.passages = list(passages)
+        self.passages = passages if isinstance(passages, Sequence) else list(passages)
         self.vocab = vocab
         self.indptr, self.doc_ids, self.impacts = indptr, doc_ids, impacts
         self.analyzer = analyzer
         self.params = params
-        self._max_impact: np.ndarray | None = None
-        self._dense: dict[int, np.ndarray] | None = None
+        self._blockmax: BlockMax | None = None
         #: Threads :meth:`search_batch` spreads a batch over (numpy releases the GIL in the scoring).
         self.threads = 1
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._pool_lock = threading.Lock()
-        self._local = threading.local()  # per thread: a "seen" mask over the documents
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -133,25 +166,14 @@ class BM25Index:
             raise ConfigError("cannot build a BM25 index from an empty corpus.")
         analyzer = Analyzer(stemmer)
         vocab: dict[str, int] = {}
-        term_ids: list[int] = []
+        term_ids = array("i")
         lengths = np.zeros(len(docs), dtype=np.int64)
         for d, psg in enumerate(track(docs, desc="BM25 index", unit="doc")):
             toks = analyzer(psg.contents)
             lengths[d] = len(toks)
-            term_ids.extend(vocab.setdefault(t, len(vocab)) for t in toks)
-        n = len(docs)
-        doc_of_tok = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        keys, tf = np.unique(np.asarray(term_ids, dtype=np.int64) * n + doc_of_tok, return_counts=True)
-        terms, doc_ids = keys // n, (keys % n).astype(np.int32)
-        df = np.bincount(terms, minlength=len(vocab))
-        indptr = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
-        idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-        avgdl = max(float(lengths.sum()) / n, 1e-9)
-        norm = (k1 * ((1 - b) + b * lucene_norm_length(lengths) / avgdl)).astype(np.float32)
-        tf32 = tf.astype(np.float32)
-        impacts = idf[terms] * tf32 / (tf32 + norm[doc_ids])
-        params = {"k1": k1, "b": b, "avgdl": avgdl}
-        return cls(docs, vocab, indptr, doc_ids, impacts.astype(np.float32), analyzer, params)
+            term_ids.extend([vocab.setdefault(t, len(vocab)) for t in toks])
+        arrays = postings(np.frombuffer(term_ids, dtype=np.int32), lengths, len(vocab), k1, b)
+        return cls(docs, vocab, *arrays, analyzer, {"k1": k1, "b": b, "avgdl": bm25_avgdl(lengths)})
 
     @classmethod
     def from_corpus(cls, path: str | Path, **kwargs: float | str) -> BM25Index:
@@ -190,108 +212,26 @@ class BM25Index:
     def rank(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Doc indices and scores of the top ``k`` for an already-checked query.
 
-        Exact top-k with a MaxScore-style shortcut: the documents of the query's rarest terms
-        are gathered first, each scored once with every query term; once the other terms'
-        summed upper bounds cannot lift any other document past the k-th score found, those
-        candidates hold the answer. Otherwise every posting is scored.
+        Exact top-k by block-max pruning (:class:`~prm_gym.envs.search_index.blockmax.BlockMax`):
+        only the blocks of documents whose summed per-term block maxima can still reach the
+        k-th score are scored; never a pass over every document.
         """
         tids = [t for t in (self.vocab.get(tok) for tok in self.analyzer(query)) if t is not None]
-        if not tids:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        weight = Counter(tids)  # a repeated query word counts as often as it is repeated (Lucene)
-        by_df = sorted(weight, key=lambda t: int(self.indptr[t + 1] - self.indptr[t]))
-        ub = self.max_impact
-        limit = max(256, len(self.passages) // 32)
-        seen = self._seen_mask()
-        cands: list[np.ndarray] = []
-        parts: list[np.ndarray] = []
-        total = 0
-        try:
-            for j, t in enumerate(by_df):  # essential terms: the rarest ones
-                docs = self._docs(t)
-                if total + len(docs) > limit:
-                    break
-                new = docs[~seen[docs]]
-                seen[new] = True
-                cands.append(new)
-                parts.append(self._score_docs(tids, new))
-                total += len(new)
-                if total < k:
-                    continue
-                scores = np.concatenate(parts) if len(parts) > 1 else parts[0]
-                bound = float(sum(weight[u] * ub[u] for u in by_df[j + 1 :]))  # what the rest could add
-                if bound < float(np.partition(scores, total - k)[total - k]):
-                    cand = np.concatenate(cands) if len(cands) > 1 else cands[0]
-                    top = np.lexsort((cand, -scores))[:k]  # ties by lower index, as Lucene
-                    return cand[top].astype(np.int64), scores[top]
-        finally:
-            for c in cands:
-                seen[c] = False
-        return self._rank_all(tids, k)
-
-    def _seen_mask(self) -> np.ndarray:
-        mask: np.ndarray | None = getattr(self._local, "seen", None)
-        if mask is None or len(mask) != len(self.passages):
-            mask = self._local.seen = np.zeros(len(self.passages), dtype=bool)
-        return mask
+        # a repeated query word counts as often as it is repeated (Lucene)
+        return self.blockmax.top_k(tids, k)
 
     @property
-    def max_impact(self) -> np.ndarray:
-        """Per term, the largest impact in its posting list (its MaxScore upper bound)."""
-        if self._max_impact is None:
-            starts = self.indptr[:-1]
-            self._max_impact = np.maximum.reduceat(self.impacts, starts).astype(np.float32)
-        return self._max_impact
-
-    @property
-    def dense_rows(self) -> dict[int, np.ndarray]:
-        """Dense score rows of the most frequent terms (one vector add instead of a scatter)."""
-        if self._dense is None:
-            n = len(self.passages)
-            df = np.diff(self.indptr)
-            frequent = np.argsort(-df)[: max(0, _DENSE_BUDGET // (4 * n))]
-            self._dense = {}
-            for t in frequent[df[frequent] >= n // 8].tolist():
-                row = np.zeros(n, dtype=np.float32)
-                row[self._docs(t)] = self.impacts[self.indptr[t] : self.indptr[t + 1]]
-                self._dense[t] = row
-        return self._dense
-
-    def _docs(self, t: int) -> np.ndarray:
-        return self.doc_ids[self.indptr[t] : self.indptr[t + 1]]
-
-    def _score_docs(self, tids: Sequence[int], cand: np.ndarray) -> np.ndarray:
-        """Exact scores of the doc indices ``cand`` (any order), the terms added in ``tids`` order."""
-        scores = np.zeros(len(cand), dtype=np.float32)
-        dense = self.dense_rows
-        for t in tids:
-            row = dense.get(t)
-            if row is not None:
-                scores += row[cand]
-                continue
-            s, e = self.indptr[t], self.indptr[t + 1]
-            docs = self.doc_ids[s:e]
-            pos = np.minimum(np.searchsorted(docs, cand), len(docs) - 1)
-            hit = docs[pos] == cand
-            scores[hit] += self.impacts[s + pos[hit]]
-        return scores
-
-    def _rank_all(self, tids: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]:
-        scores = np.zeros(len(self.passages), dtype=np.float32)
-        dense = self.dense_rows
-        for t in tids:
-            row = dense.get(t)
-            if row is not None:
-                scores += row
-                continue
-            s, e = self.indptr[t], self.indptr[t + 1]
-            scores[self.doc_ids[s:e]] += self.impacts[s:e]
-        top = _top_k(scores, k)
-        return top, scores[top]
+    def blockmax(self) -> BlockMax:
+        """The block maxima the queries prune with (built on first use, once)."""
+        if self._blockmax is None:
+            with self._pool_lock:
+                if self._blockmax is None:
+                    self._blockmax = BlockMax(self.indptr, self.doc_ids, self.impacts, len(self.passages))
+        return self._blockmax
 
     def warm(self) -> BM25Index:
-        """Precompute the lazy query-time tables (upper bounds, dense rows); returns self."""
-        _ = self.max_impact, self.dense_rows
+        """Build the lazy query-time tables (the block maxima) now; returns self."""
+        _ = self.blockmax
         return self
 
     def search(self, query: str, k: int = 3) -> list[Passage]:

@@ -1,0 +1,275 @@
+"""BM25 per-query cost as the corpus grows, against pyserini (Lucene), on an independent Zipf corpus.
+
+    python benchmarks/bench_bm25_scale.py [--sizes 10000,100000] [--queries 300] [--reps 3]
+    python benchmarks/bench_bm25_scale.py --sizes 10000,100000,1000000    # the documented rows
+    python benchmarks/bench_bm25_scale.py --big 5000000 --queries 100     # ours alone, larger
+
+The corpus is NOT the project's generator: every passage is a bag of words drawn independently
+from a Zipf law (rank r has probability proportional to r**-exponent) over ``--vocab`` words
+(``w<rank>``, which both analyzers keep as they are), with a length drawn uniformly from 80 to 120
+words (DPR Wikipedia passages hold 100). Queries draw their words from the same law; their
+lengths follow a short-query distribution (3 to 8 words, P = .30 .25 .18 .12 .08 .07). Per size:
+both engines index the same passages, then answer the same queries at k=10 on one thread each,
+in alternated rounds after a warm-up round; the row is milliseconds per query (median round).
+Printed beside it: top-10 overlap with pyserini, whether our top 10 (ids and scores) equal an
+exhaustive float32 scorer on every query, and the memory of our index arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from result_line import emit, spread
+
+from prm_gym.envs.search_index import BM25Index, Passage, write_corpus
+from prm_gym.envs.search_index.analyzer import Analyzer
+from prm_gym.envs.search_index.bm25 import bm25_avgdl, postings_in_chunks
+
+QUERY_LENGTHS = (3, 4, 5, 6, 7, 8)
+QUERY_LENGTH_P = (0.30, 0.25, 0.18, 0.12, 0.08, 0.07)
+
+
+def zipf_sampler(vocab: int, exponent: float, rng: np.random.Generator) -> Callable[[int], np.ndarray]:
+    """Draws of word ranks (0 commonest) with probability proportional to (rank + 1) ** -exponent."""
+    cdf = np.cumsum(np.arange(1, vocab + 1, dtype=np.float64) ** -exponent)
+    cdf /= cdf[-1]
+    return lambda size: np.minimum(np.searchsorted(cdf, rng.random(size)), vocab - 1)
+
+
+def zipf_corpus(n: int, vocab: int, exponent: float, nq: int, seed: int = 0) -> tuple[list[Passage], list[str]]:
+    """``n`` passages and ``nq`` queries of Zipf-drawn words (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    draw = zipf_sampler(vocab, exponent, rng)
+    words = [f"w{r}" for r in range(vocab)]
+    passages: list[Passage] = []
+    for lo in range(0, n, 50_000):
+        lengths = rng.integers(80, 121, min(50_000, n - lo))
+        ranks = draw(int(lengths.sum())).tolist()
+        at = 0
+        for i, ln in enumerate(lengths.tolist()):
+            passages.append(Passage(f"p{lo + i:08d}", "", " ".join([words[r] for r in ranks[at : at + ln]])))
+            at += ln
+    qlens = rng.choice(QUERY_LENGTHS, nq, p=QUERY_LENGTH_P)
+    queries = [" ".join(words[r] for r in draw(int(m)).tolist()) for m in qlens]
+    return passages, queries
+
+
+def alternate(fns: dict[str, Callable[[], object]], reps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds (this process, every thread: a JVM's too) per call of each function,
+    in alternated rounds after one warm-up round. On a shared machine the CPU time is the steadier
+    measure; both are printed."""
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for rnd in range(reps + 1):
+        for name, fn in fns.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            if rnd:
+                wall[name].append(time.perf_counter() - t)
+                cpu[name].append(time.process_time() - c)
+    return wall, cpu
+
+
+def exhaustive(index: BM25Index, query: str, k: int) -> tuple[list[int], list[float]]:
+    """Every document scored (float32, terms in query order); the k best, ties by lower index."""
+    scores = np.zeros(len(index), dtype=np.float32)
+    for tok in index.analyzer(query):
+        t = index.vocab.get(tok)
+        if t is not None:
+            s, e = index.indptr[t], index.indptr[t + 1]
+            scores[index.doc_ids[s:e]] += index.impacts[s:e]
+    top = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    top = top[scores[top] > 0]
+    return top.tolist(), scores[top].tolist()
+
+
+def index_bytes(index: BM25Index) -> int:
+    return int(index.indptr.nbytes + index.doc_ids.nbytes + index.impacts.nbytes + index.blockmax.nbytes)
+
+
+def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
+    t = time.perf_counter()
+    passages: list[Passage] = []
+    if args.from_ids:  # our index from the word ranks; pyserini's from the same passages as text
+        index, build = index_from_ids(n, args)
+        queries, gen_s = id_queries(n, args), 0.0
+    else:
+        passages, queries = zipf_corpus(n, args.vocab, args.exponent, args.queries, seed=n)
+        gen_s = time.perf_counter() - t
+        t = time.perf_counter()
+        index = BM25Index.build(passages).warm()
+        build = time.perf_counter() - t
+    postings = len(index.doc_ids)
+    print(f"\n{n} passages (generated in {gen_s:.0f}s), {len(index.vocab)} terms, {postings} postings; "
+          f"{len(queries)} queries, k=10, 1 thread, {args.reps} alternated rounds")  # fmt: skip
+    print(f"prm bm25   build {build:6.1f}s   index arrays {index_bytes(index) / 2**20:,.0f} MiB "
+          f"(block tables {index.blockmax.nbytes / 2**20:,.0f} MiB)")  # fmt: skip
+    ids = [p.id for p in index.passages]
+    fns = {"prm bm25": lambda: [index.rank(q, 10) for q in queries]}
+    same = sum(
+        (lambda got, want: got[0].tolist() == want[0] and got[1].tolist() == want[1])(
+            index.rank(q, 10), exhaustive(index, q, 10)
+        )
+        for q in queries[: args.check]
+    )
+    print(f"top-10 (ids and scores) identical to exhaustive scoring: {same}/{min(args.check, len(queries))} queries")
+    searcher = None
+    try:
+        from prm_gym.envs.search_index.pyserini_backend import PyseriniRetriever, build_lucene_index
+    except ImportError:
+        print("pyserini   not installed (pip install 'prm-gym[pyserini]'): skipped")
+    else:
+        where = tmp / f"c{n}" / "docs.jsonl"
+        corpus = write_id_corpus(n, args, where) if args.from_ids else write_corpus(passages, where)
+        t = time.perf_counter()
+        build_lucene_index(corpus, tmp / f"l{n}", threads=2)
+        print(f"pyserini   build {time.perf_counter() - t:6.1f}s (2 indexing threads)")
+        searcher = PyseriniRetriever(tmp / f"l{n}", threads=1)
+        fns["pyserini"] = lambda: searcher.search_batch(queries, 10)
+    del passages
+    times, cpu_times = alternate(fns, args.reps)
+    ms = {name: [s / len(queries) * 1e3 for s in ts] for name, ts in times.items()}
+    cpu = {name: [s / len(queries) * 1e3 for s in ts] for name, ts in cpu_times.items()}
+    for name, vals in ms.items():
+        print(f"{name:<10} {statistics.median(vals):7.3f} ms/query wall (min {min(vals):.3f}, max {max(vals):.3f}), "
+              f"{statistics.median(cpu[name]):7.3f} ms/query CPU (min {min(cpu[name]):.3f})")  # fmt: skip
+    if searcher is not None:
+        mine = [[ids[i] for i in index.rank(q, 10)[0].tolist()] for q in queries]
+        theirs = [[p.id for p in hits] for hits in searcher.search_batch(queries, 10)]
+        overlap = statistics.mean(len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(mine, theirs, strict=True))
+        print(f"top-10 overlap with pyserini: {overlap:.3f}")
+        med = statistics.median
+        cond = (
+            f"pyserini/Lucene, 1 thread each, same {len(queries)} queries; independent Zipf corpus (vocab "
+            f"{args.vocab:,}, exponent {args.exponent}, 80-120 words a passage), alternated rounds"
+        )
+        emit("bm25_scale", f"BM25 ms/query, k=10, {n:,} Zipf passages (vs Lucene)", med(ms["prm bm25"]),
+             med(ms["pyserini"]), cond, "ms/query", "lower",
+             f"ours {spread(ms['prm bm25'])}, pyserini {spread(ms['pyserini'])}; overlap@10 {overlap:.3f}, "
+             f"identical to exhaustive {same}/{min(args.check, len(queries))}")  # fmt: skip
+        emit("bm25_scale", f"BM25 CPU ms/query, k=10, {n:,} Zipf passages (vs Lucene)", med(cpu["prm bm25"]),
+             med(cpu["pyserini"]), cond + "; CPU time of the process (the JVM's threads included)", "ms/query",
+             "lower", f"ours {spread(cpu['prm bm25'])}, pyserini {spread(cpu['pyserini'])}")  # fmt: skip
+        searcher.close()
+    print(f"peak resident memory of this process so far: {peak_rss_mib():,.0f} MiB (pyserini's JVM included)")
+
+
+class _Ids(Sequence[Passage]):
+    """The passages of a generated corpus by index, made on demand (ids only; no text kept)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        return Passage(f"p{i:08d}", "", "")
+
+
+def id_chunks(n: int, args: argparse.Namespace) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """The corpus as chunks of ``(word ranks, lengths)``, drawn again identically on every call."""
+
+    def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for c, lo in enumerate(range(0, n, 250_000)):
+            rng = np.random.default_rng([n, c])
+            lengths = rng.integers(80, 121, min(250_000, n - lo))
+            yield zipf_sampler(args.vocab, args.exponent, rng)(int(lengths.sum())).astype(np.int32), lengths
+
+    return chunks
+
+
+def index_from_ids(n: int, args: argparse.Namespace) -> tuple[BM25Index, float]:
+    """Our index of :func:`id_chunks` built from the word ranks in chunks (the same index the
+    text would give: the words are unchanged by the analyzer), and its build seconds."""
+    t = time.perf_counter()
+    chunks = id_chunks(n, args)
+    lengths = [ln for _, ln in chunks()]
+    arrays = postings_in_chunks(chunks, args.vocab)
+    vocab = {f"w{r}": r for r in range(args.vocab)}
+    params = {"k1": 0.9, "b": 0.4, "avgdl": bm25_avgdl(np.concatenate(lengths))}
+    return BM25Index(_Ids(n), vocab, *arrays, Analyzer("none"), params).warm(), time.perf_counter() - t
+
+
+def write_id_corpus(n: int, args: argparse.Namespace, path: Path) -> Path:
+    """:func:`id_chunks` as a jsonl corpus of text, for pyserini."""
+    words = [f"w{r}" for r in range(args.vocab)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        base = 0
+        for ranks, lengths in id_chunks(n, args)():
+            at, rl = 0, ranks.tolist()
+            for i, ln in enumerate(lengths.tolist()):
+                text = " ".join([words[r] for r in rl[at : at + ln]])
+                fh.write(json.dumps({"id": f"p{base + i:08d}", "contents": text}) + "\n")
+                at += ln
+            base += len(lengths)
+    return path
+
+
+def id_queries(n: int, args: argparse.Namespace) -> list[str]:
+    rng = np.random.default_rng(n + 1)
+    draw = zipf_sampler(args.vocab, args.exponent, rng)
+    qlens = rng.choice(QUERY_LENGTHS, args.queries, p=QUERY_LENGTH_P)
+    return [" ".join(f"w{r}" for r in draw(int(m)).tolist()) for m in qlens]
+
+
+def big_row(n: int, args: argparse.Namespace) -> None:
+    """Our index alone on ``n`` generated passages, built from term ids in chunks (no text, no
+    pyserini: its index build at this size is out of this machine's budget)."""
+    index, build = index_from_ids(n, args)
+    queries = id_queries(n, args)
+    gib = index_bytes(index) / 2**30, index.blockmax.nbytes / 2**30
+    print(f"\n{n} passages (ours only), {len(index.doc_ids)} postings, built from term ids in chunks in "
+          f"{build:.0f}s; index arrays {gib[0]:.2f} GiB (block tables {gib[1]:.2f} GiB)")  # fmt: skip
+    same = sum(
+        (lambda got, want: got[0].tolist() == want[0] and got[1].tolist() == want[1])(
+            index.rank(q, 10), exhaustive(index, q, 10)
+        )
+        for q in queries[: args.check // 4]
+    )
+    print(f"top-10 (ids and scores) identical to exhaustive scoring: {same}/{min(args.check // 4, len(queries))}")
+    wall, cpu = alternate({"prm bm25": lambda: [index.rank(q, 10) for q in queries]}, args.reps)
+    ms, cms = ([s / len(queries) * 1e3 for s in x["prm bm25"]] for x in (wall, cpu))
+    print(f"prm bm25   {statistics.median(ms):7.3f} ms/query wall (min {min(ms):.3f}, max {max(ms):.3f}), "
+          f"{statistics.median(cms):7.3f} ms/query CPU; {len(queries)} queries, k=10, 1 thread")  # fmt: skip
+    print(f"peak resident memory of this process: {peak_rss_mib():,.0f} MiB")
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes (passages)")
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--vocab", type=int, default=1_000_000)
+    ap.add_argument("--exponent", type=float, default=1.05)
+    ap.add_argument("--big", type=int, default=0, help="passages of a row with our index alone (0: skip)")
+    ap.add_argument("--from-ids", action="store_true", help="build ours from word ranks in chunks (fast, lean)")
+    ap.add_argument("--check", type=int, default=100, help="queries checked against exhaustive scoring")
+    args = ap.parse_args()
+    print(f"load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.big:
+        big_row(args.big, args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (int(x) for x in args.sizes.split(",") if x):
+            one_size(n, args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
