@@ -13,9 +13,7 @@ import asyncio
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
-
-from fastapi import Request
+from typing import TYPE_CHECKING, Any
 
 from prm_gym.envs.serve.errors import HTTPError
 
@@ -53,6 +51,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise HTTPError(422, "the body must be a JSON object")
     return value
+
+
+if TYPE_CHECKING:  # fastapi is the serve extra; this module imports without it
+    from fastapi import Request
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
