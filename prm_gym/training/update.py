@@ -79,7 +79,7 @@ def chunked_logprobs(
     them outlives its chunk. Ops and dtypes are :func:`token_logprobs`'s: the logits in the head's
     (or autocast's) dtype, divided by the temperature, then ``log_softmax`` in fp32.
     """
-    vocab = int(getattr(head, "out_features", 0) or head.weight.shape[0])  # type: ignore[union-attr,index]
+    vocab = int(getattr(head, "out_features", 0) or head.weight.shape[0])  # type: ignore[index]
     size = chunk or default_chunk(vocab)
     parts = []
     for lo in range(0, hidden.shape[0], size):
