@@ -318,7 +318,7 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
     """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``."""
     results: dict[str, list[dict[str, Any]]] = {}
     (out / "evals").mkdir(parents=True, exist_ok=True)
-    for name in MODELS:
+    for name in (*MODELS[1:], MODELS[0]):  # the trained models first: the few-shot episodes run longest
         todo = [(s, m) for s in SETS for m in MODES if not (out / "evals" / f"{name}-{s}-{m}.json").exists()]
         if todo:
             source = args.policy if name == "fewshot" else f"hf:{out / name / 'model'}"
@@ -337,7 +337,7 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
         for s in SETS:
             for m in MODES:
                 results[f"{name}-{s}-{m}"] = json.loads((out / "evals" / f"{name}-{s}-{m}.json").read_text())
-    return results
+    return {k: results[k] for k in sorted(results, key=lambda k: MODELS.index(k.split("-")[0]))}
 
 
 def summarise(out: Path, results: dict[str, list[dict[str, Any]]], phases: dict[str, Any]) -> dict[str, Any]:
