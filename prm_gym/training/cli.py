@@ -17,6 +17,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from prm_gym.training.config import TrainConfig
@@ -69,7 +70,8 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
     from prm_gym.training.evaluation import evaluate
     from prm_gym.training.lora import apply_checkpoint
-    from prm_gym.training.run import initial_weights
+    from prm_gym.training.run import initial_weights, probe_envs
+    from prm_gym.training.shaping import declared_outcomes
 
     policy = HFPolicy.from_id(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
     ckpt = Path(cfg.output_dir) / CHECKPOINT
@@ -79,6 +81,7 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     elif source:
         policy.model = apply_checkpoint(policy.model, load_checkpoint(source))  # LoRA: adapters onto --policy
     chat = ChatTemplate(policy.tokenizer, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
+    cfg = replace(cfg, loss=declared_outcomes(cfg.loss, probe_envs(cfg, chat)[2]))  # success: the judges' outcome
     result = evaluate(policy, chat, cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     (Path(cfg.output_dir) / "eval.json").write_text(json.dumps({"checkpoint": source, **result}, indent=2))

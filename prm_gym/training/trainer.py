@@ -13,6 +13,7 @@ metric keys, checkpoints and exclusion accounting.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
@@ -31,6 +32,7 @@ from prm_gym.training.update import learner_step
 def train(cfg: TrainConfig) -> Run:
     """Train with ``cfg``; metrics, plots, checkpoints and eval results go to ``cfg.output_dir``."""
     run = build_run(learner_config(cfg))
+    cfg = replace(cfg, loss=run.cfg.loss)  # with the outcome terms the env's judges declare
     learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP/FSDP; rank 0 alone plays, logs and writes
     log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, keep_until=run.step if run.cfg.resume else None)
     source = make_source(cfg, run.policy) if learner.is_main else None
