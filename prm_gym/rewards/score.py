@@ -15,7 +15,7 @@ and what the rollout workers' group scorer calls for a group's deferred turns
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from prm_gym.core.errors import InfraError, JudgeError
@@ -59,20 +59,11 @@ def plan(judges: Iterable[tuple[float, Judge | AsyncJudge]]) -> tuple[JudgePlan,
     )
 
 
-class Scored(NamedTuple):
-    """One turn's scores.
-
-    Attributes:
-        terms: the weighted terms by info key (``reward_<term>``); they sum to ``reward``.
-        judges: per judge id, ``Verdict.as_info()`` or ``{"error": ...}`` (``info["judge"]``).
-        infra: a judge failed because an outside service did; the turn is not scored by it.
-        reward: the sum of ``terms``.
-    """
-
-    terms: dict[str, float]
-    judges: dict[str, dict[str, Any]]
-    infra: bool
-    reward: float
+#: One turn's scores, ``(terms, judges, infra, reward)`` (a plain tuple: the env builds one every step):
+#: ``terms`` the weighted terms by info key (``reward_<term>``), which sum to ``reward``; ``judges`` per
+#: judge id ``Verdict.as_info()`` or ``{"error": ...}`` (``info["judge"]``); ``infra`` True when a judge
+#: failed because an outside service did (the turn is not scored by that judge).
+Scored = tuple[dict[str, float], dict[str, dict[str, Any]], bool, float]
 
 
 class VerdictMemo(dict[tuple[str, str], Verdict]):
@@ -93,13 +84,13 @@ def score_turns(
     turns: Sequence[Turn],
     *,
     memo: VerdictMemo | None = None,
-    zero: Mapping[str, float] | None = None,
+    zero: dict[str, float] | None = None,
 ) -> list[Scored]:
     """Score ``turns`` with ``plans``' judges: one call per judge (a batch of the turns it sees).
 
     Args:
         plans: the weighted judges (:func:`plan`).
-        turns: the turns, in order.
+        turns: the turns, in order (an env step passes its one turn; the group scorer a group's).
         memo: verdicts memoised by content hash (shared by an env and its forks), or None.
         zero: the terms every turn starts from (an env reports all its terms, zero when unscored).
 
@@ -110,54 +101,111 @@ def score_turns(
         Exception: what a judge raised that is not an :class:`InfraError` (a bug in the judge), with a
             note naming it; a RuntimeError when it returned a different number of verdicts than turns.
     """
+    if len(turns) == 1:  # every env step: the same rules, without the batch bookkeeping
+        return [_score_one(plans, turns[0], memo, zero)]
     n = len(turns)
     terms = [dict(zero) if zero else {} for _ in range(n)]
     infos: list[dict[str, dict[str, Any]]] = [{} for _ in range(n)]
     infra = [False] * n
     hashes: list[str | None] = [None] * n
     for p in plans:
-        picked = [i for i in range(n) if turns[i].final] if p.final_only else range(n)
+        picked = [i for i in range(n) if turns[i].final or not p.final_only]
         if not picked:
             continue
         try:
-            verdicts = _verdicts(p, turns, picked, memo if p.memoize else None, hashes)
+            verdicts = _batch_verdicts(p, [turns[i] for i in picked], memo if p.memoize else None, hashes, picked)
         except InfraError as exc:  # an outside service failed: infrastructure, never the agent's score
-            error = f"{type(exc).__name__}: {exc}"[:300]
             for i in picked:
                 infra[i] = True
-                infos[i][p.name] = {"error": error}
+                infos[i][p.name] = _error_info(exc)
             continue
         except Exception as exc:  # a bug in our own judge code: neither the agent's score nor infra
-            where = f"task {turns[picked[0]].task.id!r}, turn {turns[picked[0]].index + 1}" if n == 1 else f"{n} turns"
-            exc.add_note(f"raised by judge {p.name!r} on {where}: a bug in the judge")
+            exc.add_note(f"raised by judge {p.name!r} on {len(picked)} turns of task {turns[0].task.id!r}: {_BUG}")
             raise
         for i, verdict in zip(picked, verdicts, strict=True):
             row = terms[i]
             row[p.key] = row.get(p.key, 0.0) + p.weight * verdict.score
             infos[i][p.name] = verdict.as_info()
-    return [Scored(t, info, bad, weighted_sum(t)) for t, info, bad in zip(terms, infos, infra, strict=True)]
+    return [(t, info, bad, weighted_sum(t)) for t, info, bad in zip(terms, infos, infra, strict=True)]
 
 
-def _verdicts(
-    p: JudgePlan, turns: Sequence[Turn], picked: Sequence[int], memo: VerdictMemo | None, hashes: list[str | None]
+_BUG = "a bug in the judge"
+
+
+def _score_one(
+    plans: Sequence[JudgePlan], turn: Turn, memo: VerdictMemo | None, zero: dict[str, float] | None
+) -> Scored:
+    """:func:`score_turns` for one turn."""
+    terms: dict[str, float] = zero.copy() if zero else {}
+    info: dict[str, dict[str, Any]] = {}
+    failed = False
+    total = 0.0
+    key: str | None = None
+    final = turn.final
+    for name, term_key, weight, final_only, memoize, one, _ in plans:  # unpacked: cheaper than attributes
+        if final_only and not final:
+            continue
+        try:
+            if memo is not None and memoize:
+                if key is None:
+                    key = turn.content_hash()
+                verdict = memo.get((name, key))
+                if verdict is None:
+                    verdict = _finite(name, one(turn))
+                    memo.remember((name, key), verdict)
+            else:
+                verdict = one(turn)
+                if not _isfinite(verdict.score):
+                    _finite(name, verdict)  # raises
+        except InfraError as exc:  # an outside service failed: infrastructure, never the agent's score
+            failed = True
+            info[name] = _error_info(exc)
+            continue
+        except Exception as exc:  # a bug in our own judge code: neither the agent's score nor infra
+            exc.add_note(f"raised by judge {name!r} on task {turn.task.id!r}, turn {turn.index + 1}: {_BUG}")
+            raise
+        value = weight * verdict.score
+        terms[term_key] = terms.get(term_key, 0.0) + value
+        total += value
+        info[name] = verdict.as_info()
+    if not _isfinite(total):
+        weighted_sum(terms)  # raises, naming the term
+    return terms, info, failed, total
+
+
+def _batch_verdicts(
+    p: JudgePlan, batch: list[Turn], memo: VerdictMemo | None, hashes: list[str | None], picked: list[int]
 ) -> list[Verdict]:
-    """``p``'s finite verdict for each picked turn: from ``memo``, else from one call for the rest."""
-    found: list[Verdict | None] = [None] * len(picked)
+    """``p``'s finite verdict for each turn of ``batch`` (``picked`` are their indices in ``hashes``):
+    from ``memo``, else from one ``score`` call for the rest."""
+    found: list[Verdict | None] = [None] * len(batch)
     if memo is not None:
         for k, i in enumerate(picked):
             if hashes[i] is None:
-                hashes[i] = turns[i].content_hash()
-            found[k] = memo.get((p.name, hashes[i]))  # type: ignore[arg-type]
+                hashes[i] = batch[k].content_hash()
+            found[k] = memo.get((p.name, str(hashes[i])))
     todo = [k for k, v in enumerate(found) if v is None]
     if todo:
-        batch = [turns[picked[k]] for k in todo]
-        new = [p.one(batch[0])] if len(batch) == 1 else list(score_batch(p.judge, batch))
-        if len(new) != len(batch):
-            raise RuntimeError(f"{p.name} returned {len(new)} verdicts for {len(batch)} turns.")
+        new = list(score_batch(p.judge, [batch[k] for k in todo]))
+        if len(new) != len(todo):
+            raise RuntimeError(f"{p.name} returned {len(new)} verdicts for {len(todo)} turns.")
         for k, verdict in zip(todo, new, strict=True):
-            if not math.isfinite(verdict.score):
-                raise JudgeError(f"{p.name} returned a non-finite score {verdict.score!r}")
-            found[k] = verdict
+            found[k] = _finite(p.name, verdict)
             if memo is not None:
-                memo.remember((p.name, hashes[picked[k]]), verdict)  # type: ignore[arg-type]
-    return found  # type: ignore[return-value]
+                memo.remember((p.name, str(hashes[picked[k]])), verdict)
+    return [v for v in found if v is not None]
+
+
+_isfinite = math.isfinite
+
+
+def _finite(name: str, verdict: Verdict) -> Verdict:
+    """``verdict``, or a :class:`JudgeError` (infrastructure) when its score is not finite."""
+    if not math.isfinite(verdict.score):
+        raise JudgeError(f"{name} returned a non-finite score {verdict.score!r}")
+    return verdict
+
+
+def _error_info(exc: BaseException) -> dict[str, Any]:
+    """``info["judge"][<id>]`` of a judge that failed for an outside reason."""
+    return {"error": f"{type(exc).__name__}: {exc}"[:300]}

@@ -55,13 +55,13 @@ def score_deferred(envs: Sequence[Any], trajs: Sequence[Trajectory]) -> int:
             raise JudgeError(f"{len(turns)} deferred turns for a trajectory of {len(traj.turns)} turns.")
         rows += list(zip(turns, traj.turns, strict=True))
     scored = score_turns(plan(judges), [t for t, _ in rows])  # the env step's scoring, over the group
-    for (_, rec), one in zip(rows, scored, strict=True):
-        for key, value in one.terms.items():  # each verdict goes into its record as env.step would put it
+    for (_, rec), (terms, verdicts, infra, reward) in zip(rows, scored, strict=True):
+        for key, value in terms.items():  # each verdict goes into its record as env.step would put it
             term = key[len("reward_") :]
             rec.terms[term] = rec.terms.get(term, 0.0) + value
             rec.info[key] = rec.terms[term]
-        rec.reward += one.reward
-        rec.info.setdefault("judge", {}).update(one.judges)
-        if one.infra:
+        rec.reward += reward
+        rec.info.setdefault("judge", {}).update(verdicts)
+        if infra:
             rec.status = rec.info["reward_status"] = "infra_error"
     return len(judges)

@@ -35,13 +35,13 @@ def test_weights_scopes_and_sums() -> None:
     per_turn = FakeJudge("f/turn", lambda t: 0.5, term="process")
     final = FakeJudge("f/final", lambda t: 1.0, term="outcome", scope="final")
     out = score_turns(plan([(2.0, per_turn), (3.0, final)]), TURNS, zero={"reward_outcome": 0.0})
-    assert [s.terms for s in out] == [
+    assert [terms for terms, _, _, _ in out] == [
         {"reward_outcome": 0.0, "reward_process": 1.0},
         {"reward_outcome": 0.0, "reward_process": 1.0},
         {"reward_outcome": 3.0, "reward_process": 1.0},
     ]
-    assert [s.reward for s in out] == [1.0, 1.0, 4.0] and not any(s.infra for s in out)
-    assert "f/final" not in out[0].judges and out[2].judges["f/final"]["score"] == 1.0
+    assert [reward for _, _, _, reward in out] == [1.0, 1.0, 4.0] and not any(infra for _, _, infra, _ in out)
+    assert "f/final" not in out[0][1] and out[2][1]["f/final"]["score"] == 1.0
     assert (per_turn.calls, final.calls) == (3, 1)  # one batch call each over the turns it sees
 
 
@@ -51,8 +51,8 @@ def test_a_non_finite_score_is_infra_never_a_reward(bad: float) -> None:
     ok = FakeJudge("f/ok", lambda t: 1.0, term="format")
     for turns in (TURNS[:1], TURNS):  # the env's one turn and a group's batch alike
         out = score_turns(plan([(1.0, judge), (1.0, ok)]), turns)
-        assert all(s.infra and "non-finite" in s.judges["f/nan"]["error"] for s in out)
-        assert all(s.terms == {"reward_format": 1.0} and s.reward == 1.0 for s in out)
+        assert all(infra and "non-finite" in judges["f/nan"]["error"] for _, judges, infra, _ in out)
+        assert all(terms == {"reward_format": 1.0} and reward == 1.0 for terms, _, _, reward in out)
 
 
 def test_an_outside_failure_is_infra_and_a_bug_raises_with_a_note() -> None:
@@ -60,7 +60,7 @@ def test_an_outside_failure_is_infra_and_a_bug_raises_with_a_note() -> None:
         raise InfraError("judge server unreachable")
 
     out = score_turns(plan([(1.0, FakeJudge("f/down", down))]), TURNS)
-    assert all(s.infra and "unreachable" in s.judges["f/down"]["error"] and s.reward == 0.0 for s in out)
+    assert all(infra and "unreachable" in judges["f/down"]["error"] and r == 0.0 for _, judges, infra, r in out)
 
     def buggy(turn: Turn) -> float:
         raise TypeError("oops")
@@ -74,7 +74,7 @@ def test_verdicts_are_memoised_by_content_and_a_short_batch_is_a_bug() -> None:
     judge = FakeJudge("f/memo", lambda t: 0.25)
     memo = VerdictMemo(limit=2)
     score_turns(plan([(1.0, judge)]), TURNS[:2], memo=memo)
-    assert score_turns(plan([(1.0, judge)]), TURNS[:2], memo=memo)[1].reward == 0.25
+    assert score_turns(plan([(1.0, judge)]), TURNS[:2], memo=memo)[1][3] == 0.25
     assert judge.calls == 2 and len(memo) == 2
     score_turns(plan([(1.0, judge)]), TURNS[2:], memo=memo)
     assert len(memo) == 2  # the oldest evicted

@@ -27,7 +27,11 @@ def test_training_never_probes_env_unwrapped() -> None:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Attribute) and node.attr == "unwrapped":
                 found.append(f"{path.name}:{node.lineno}: .unwrapped")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+            ):
                 text = ast.unparse(node)
                 if "env" in text or "unwrapped" in text:
                     found.append(f"{path.name}:{node.lineno}: {text}")
