@@ -9,10 +9,13 @@ class implements the contract of DESIGN.md once:
 * the observation is the new text the env adds: the task prompt at :meth:`reset`, then tool
   results wrapped in ``<tool_response>`` (which agents may not imitate);
 * ``reward`` is the sum of the turn's weighted terms, each also reported as ``info["reward_<term>"]``;
-  per-judge diagnostics go to ``info["judge"][<id>]``; a failure of an outside service (a judge
-  or tool raising :class:`~prm_gym.core.errors.InfraError`: HTTP, sandbox, retriever, deadline)
-  sets ``info["reward_status"] = "infra_error"`` instead of scoring the agent, while any other
+  per-judge diagnostics go to ``info["judge"][<id>]`` (both from
+  :func:`prm_gym.rewards.score.score_turns`); a failure of an outside service (a judge or tool
+  raising :class:`~prm_gym.core.errors.InfraError`: HTTP, sandbox, retriever, deadline) sets
+  ``info["reward_status"] = "infra_error"`` instead of scoring the agent, while any other
   exception from a judge is a bug in our code and propagates out of :meth:`step`;
+* what each term counts as for the trainer (outcome or process) is :attr:`ToolEnv.reward_kinds`,
+  from the judges' declarations (:class:`prm_gym.core.seams.TrainableEnv` is what the trainer needs);
 * ``reset(options={"task_id": ...})`` pins a task; :meth:`fork` copies an episode at a turn
   boundary by replaying its actions (verdicts are memoised by content hash and shared).
 """
@@ -24,36 +27,34 @@ import copy
 import inspect
 import json
 import marshal
-import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import gymnasium as gym
 import numpy as np
 
-from prm_gym.core.errors import ConfigError, InfraError, JudgeError, TaskError, ToolError
+from prm_gym.core.errors import ConfigError, InfraError, TaskError, ToolError
 from prm_gym.core.parsing import MAX_ACTION_CHARS, ParsedAction, ToolCall, parse_action
+from prm_gym.core.seams import RewardKind
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.core.tool_formats import get_format
 from prm_gym.core.tools import Tool, ToolResult
-from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec, weighted_sum
-from prm_gym.rewards.protocol import AsyncJudge, Judge, turn_scorer
+from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
+from prm_gym.rewards.protocol import AsyncJudge, Judge, reward_kind
 from prm_gym.rewards.registry import make_judge
-from prm_gym.rewards.types import Turn, Verdict
+from prm_gym.rewards.score import MAX_MEMO, VerdictMemo, plan, score_turns
+from prm_gym.rewards.types import Turn
 
 #: The most characters one observation may hold.
 MAX_OBS_CHARS = 1 << 20
-#: The most judge verdicts memoised per env (and its forks), oldest evicted first.
-MAX_MEMO = 65_536
 _RESPONSE_TAGS = ("<tool_response>", "</tool_response>")
 #: Builds a :class:`Turn` from a tuple of all its fields: half the cost of ``Turn(...)``, whose
 #: generated ``__new__`` is a Python function (the env builds one every step).
 _new_turn = tuple.__new__
-_isfinite = math.isfinite
 
 
 def cap_text(text: str, limit: int) -> str:
@@ -131,11 +132,9 @@ class ToolEnv(gym.Env[str, str]):
         self.reward_terms: list[str] = list(dict.fromkeys(j.term for _, j in self.judges))
         #: Each step's terms start as a copy of this, keyed as info reports them (``reward_<term>``).
         self._zero_terms = {f"reward_{term}": 0.0 for term in self.reward_terms}
-        # (name, info key, weight, final-only, memoised, one-turn scorer) per judge: resolved once, not every step
-        self._judge_plan = tuple(
-            (j.name, f"reward_{j.term}", w, j.scope == "final", bool(getattr(j, "memoize", True)), turn_scorer(j))
-            for w, j in self.judges
-        )
+        self._plan = plan(self.judges)  # resolved once, not every step
+        self._active = self._plan  # the judges step() scores (all but the deferred ones)
+        self.reward_kinds: Mapping[str, RewardKind] = _kinds_of_terms(self.judges)
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
         self.max_tool_output_chars = max_tool_output_chars
@@ -144,7 +143,7 @@ class ToolEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_chars)
         self.observation_space = UnicodeText(MAX_OBS_CHARS)
-        self._verdicts: dict[tuple[str, str | None], Verdict] = {}
+        self._verdicts = VerdictMemo(MAX_MEMO)  # shared with forks
         self._deferred: frozenset[str] = frozenset()  # judges left to the caller (defer_group_judges)
         self._pending: list[Turn] = []  # this episode's turns, for the deferred judges
         self._task: Task | None = None
@@ -218,6 +217,7 @@ class ToolEnv(gym.Env[str, str]):
         """
         names = [j.name for _, j in self.judges if on and getattr(j, "group_batched", False)]
         self._deferred = frozenset(names)
+        self._active = tuple(p for p in self._plan if p.name not in self._deferred)
         return names
 
     @property
@@ -263,8 +263,7 @@ class ToolEnv(gym.Env[str, str]):
         obs = self.observe(parsed, results, terminated)
         done_calls = tuple(results)
         turn = _new_turn(Turn, (self._task, index, parsed.text, parsed, done_calls, tuple(self._history), terminated))
-        info, judge_info, judge_failed = self._judge(turn)  # info starts as the reward terms
-        reward = weighted_sum(info)
+        info, judge_info, judge_failed, reward = self._judge(turn)  # info starts as the reward terms
         infra = judge_failed or (bool(results) and any(r.infra_error for r in results))
         self._actions.append(parsed.text)
         self._tool_log.append(done_calls)
@@ -381,58 +380,35 @@ class ToolEnv(gym.Env[str, str]):
             raise box["error"]
         return box.get("value")
 
-    def _judge(self, turn: Turn) -> tuple[dict[str, Any], dict[str, dict[str, Any]], bool]:
-        """The turn's weighted terms (keyed ``reward_<term>``), each judge's info, and whether one failed."""
-        terms: dict[str, Any] = self._zero_terms.copy()
-        info: dict[str, dict[str, Any]] = {}
-        failed = False
-        key: str | None = None
-        final = turn.final
+    def _judge(self, turn: Turn) -> tuple[dict[str, Any], dict[str, dict[str, Any]], bool, float]:
+        """The turn's weighted terms (keyed ``reward_<term>``), each judge's info, whether one
+        failed, and the reward; deferred judges are left out (and the turn kept for them)."""
+        terms, info, failed, reward = score_turns(self._active, (turn,), memo=self._verdicts, zero=self._zero_terms)[0]
         if self._deferred:
             self._pending.append(turn)
-        for name, term_key, weight, final_only, memo, scorer in self._judge_plan:  # cheap rule judges do not memoise
-            if final_only and not final:
-                continue
-            if name in self._deferred:
-                info[name] = {"deferred": 1}
-                continue
-            try:
-                if memo:
-                    if key is None:
-                        key = turn.content_hash()
-                    verdict = self._verdicts.get((name, key))
-                    if verdict is None:
-                        verdict = self._remember((name, key), _checked(name, scorer(turn)))
-                else:
-                    verdict = scorer(turn)
-                    if not _isfinite(verdict.score):
-                        _checked(name, verdict)  # raises
-            except InfraError as exc:  # an outside service failed: infrastructure, never the agent's score
-                failed = True
-                info[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-                continue
-            except Exception as exc:  # a bug in our own judge code: neither the agent's score nor infra
-                exc.add_note(
-                    f"raised by judge {name!r} on task {turn.task.id!r}, turn {turn.index + 1}: a bug in the judge"
-                )
-                raise
-            terms[term_key] += weight * verdict.score
-            info[name] = verdict.as_info()
-        return terms, info, failed
-
-    def _remember(self, key: tuple[str, str | None], verdict: Verdict) -> Verdict:
-        """Memoise a verdict, evicting the oldest beyond :data:`MAX_MEMO` entries."""
-        self._verdicts[key] = verdict
-        if len(self._verdicts) > MAX_MEMO:
-            del self._verdicts[next(iter(self._verdicts))]
-        return verdict
+            for p in self._plan:
+                if p.name in self._deferred and (turn.final or not p.final_only):
+                    info[p.name] = {"deferred": 1}
+        return terms, info, failed, reward
 
 
-def _checked(name: str, verdict: Verdict) -> Verdict:
-    """``verdict``, or a :class:`JudgeError` when its score is not finite."""
-    if not math.isfinite(verdict.score):
-        raise JudgeError(f"{name} returned a non-finite score {verdict.score!r}")
-    return verdict
+def _kinds_of_terms(judges: Sequence[tuple[float, Judge | AsyncJudge]]) -> dict[str, RewardKind]:
+    """Each term and its kind, as its judges declare (:func:`prm_gym.rewards.protocol.reward_kind`).
+
+    Raises:
+        ConfigError: two judges of different kinds feed one term (the trainer could not split it).
+    """
+    kinds: dict[str, RewardKind] = {}
+    first: dict[str, str] = {}
+    for _, j in judges:
+        kind = reward_kind(j)
+        if kinds.setdefault(j.term, kind) != kind:
+            raise ConfigError(
+                f"judges {first[j.term]!r} ({kinds[j.term]}) and {j.name!r} ({kind}) both feed reward term "
+                f"{j.term!r}; give one of them another term (its term= argument) so outcome and process stay apart."
+            )
+        first.setdefault(j.term, j.name)
+    return kinds
 
 
 _NO_CALLS: dict[str, Any] = {"calls": 0, "failed": 0, "ok": True, "name": "", "latency_s": 0.0}

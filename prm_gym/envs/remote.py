@@ -38,6 +38,7 @@ import gymnasium as gym
 import httpx
 
 from prm_gym.core.errors import ConfigError, InfraError, PRMError
+from prm_gym.core.seams import RewardKind
 from prm_gym.core.spaces import UnicodeText
 from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.envs.serve.auth import CLIENT_HEADER, TOKEN_ENV
@@ -121,6 +122,8 @@ class RemoteEnv(gym.Env[str, str]):
         self.env_id = str(desc["env"])
         self.tool_schemas: list[dict[str, Any]] = list(desc.get("tools", []))
         self.reward_terms: list[str] = list(desc.get("reward_terms", []))
+        #: Each term's kind (outcome or process) as the served env's judges declare it.
+        self.reward_kinds: dict[str, RewardKind] = dict(desc.get("reward_kinds", {}))
         self.judge_spec: JudgeSpec | None = parse_judge_spec(desc["judge"]) if desc.get("judge") else None
         self.action_space = UnicodeText(int(desc["max_action_chars"]))
         self.observation_space = UnicodeText(int(desc["max_observation_chars"]))

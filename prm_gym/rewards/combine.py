@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 from prm_gym.core.errors import ConfigError
 
@@ -142,29 +143,27 @@ NORMS: tuple[str, ...] = ("none", "renorm", "zscore", "minmax")
 
 @dataclass(frozen=True)
 class CombineConfig:
-    """How a trajectory's per-turn process rewards and its outcome reward are mixed.
+    """How a trajectory's per-turn process rewards and its outcome reward are mixed, per group.
 
-    Written in a judge expression after ``;``, e.g. ``"rule/f1 + 0.3*llm/turn ; credit=min, gate=0.5"``.
-
-    Attributes:
-        credit: ``"sum"`` (each turn keeps its process reward) or ``"min"`` (PURE: min-form credit
-            assignment, a turn's value is the minimum of the future process rewards).
-        gate: G-RA gated accumulation: process rewards count only when the outcome reaches this
-            value (None: no gate).
-        norm: ``"renorm"``: PPR's ReNorm (:func:`renorm`): every turn but the last gets
-            ``process + outcome - renorm_beta``, the last (answering) turn the outcome;
-            ``"zscore"`` or ``"minmax"``: a generic normalisation of process and outcome rewards,
-            each over the group, before they are mixed; ``"none"``.
-        clip: clip every mixed reward to ``[-clip, clip]`` (None: no clipping).
-        renorm_beta: ReNorm's shift (the authors' ``renorm_beta``, 1.0 in their runs); only with
-            ``norm=renorm``.
+    Trainer configuration (``train-agent --shaping.credit min --shaping.gate 0.5``); the older form,
+    options after ``;`` in a judge expression (``"rule/f1 + 0.3*llm/turn ; credit=min, gate=0.5"``),
+    still parses (:meth:`JudgeSpec.combine_config`) and the trainer reads it with a DeprecationWarning.
     """
 
-    credit: str = "sum"
+    credit: Literal["sum", "min"] = "sum"
+    """sum: each turn keeps its process reward; min: PURE's min-form credit assignment (a turn's
+    value is the minimum of its own and all future process rewards)."""
     gate: float | None = None
-    norm: str = "none"
+    """G-RA gated accumulation: process rewards count only when the outcome reaches this value
+    (None: no gate)."""
+    norm: Literal["none", "renorm", "zscore", "minmax"] = "none"
+    """renorm: PPR's ReNorm (every turn but the last gets process + outcome - renorm_beta, the
+    answering turn the outcome); zscore or minmax: process and outcome rewards each normalised over
+    the group before they are mixed; none."""
     clip: float | None = None
+    """Clip every mixed reward to [-clip, clip] (None: no clipping)."""
     renorm_beta: float = 1.0
+    """ReNorm's shift (the authors' renorm_beta, 1.0 in their runs); only with norm=renorm."""
 
     def __post_init__(self) -> None:
         if self.credit not in ("sum", "min"):
@@ -194,7 +193,8 @@ class CombineConfig:
             beta = float(options.get("renorm_beta", 1.0))
         except ValueError as exc:
             raise ConfigError(f"gate, clip and renorm_beta must be numbers: {exc}") from exc
-        return cls(options.get("credit", "sum"), gate, options.get("norm", "none"), clip, beta)
+        credit, norm = options.get("credit", "sum"), options.get("norm", "none")  # checked by __post_init__
+        return cls(cast(Any, credit), gate, cast(Any, norm), clip, beta)
 
 
 # ---------------------------------------------------------------------------- pure combination maths

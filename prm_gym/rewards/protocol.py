@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.seams import REWARD_KINDS, RewardKind, base_env
 from prm_gym.rewards.types import Turn, Verdict
 
 Scope = Literal["turn", "final"]
@@ -23,6 +25,10 @@ class Judge(Protocol):
             the env reports it as ``info["reward_<term>"]``.
         scope: ``"turn"`` to score every turn, ``"final"`` to score only the turn that ends the
             task (an answer was submitted).
+        kind (optional): what its term counts as for the trainer, ``"outcome"`` (summed over the
+            episode into the return a group compares) or ``"process"`` (credited turn by turn);
+            default: ``"outcome"`` for ``scope = "final"``, ``"process"`` for ``scope = "turn"``
+            (:func:`reward_kind`). The trainer reads it from the judge, never from the term's name.
         memoize (optional, default True): whether envs memoise this judge's verdicts by the
             turn's content hash (so forked episodes replay without new calls); cheap
             deterministic judges set it False.
@@ -71,6 +77,21 @@ class TurnJudge:
         raise NotImplementedError
 
 
+def reward_kind(judge: Judge | AsyncJudge) -> RewardKind:
+    """What ``judge``'s term counts as for the trainer: its ``kind``, else ``"outcome"`` for a judge
+    that scores only the final turn and ``"process"`` for one that scores every turn.
+
+    Raises:
+        ConfigError: ``kind`` is set to something else.
+    """
+    kind = getattr(judge, "kind", None)  # optional member: most judges leave it to their scope
+    if kind is None:
+        return "outcome" if judge.scope == "final" else "process"
+    if kind not in REWARD_KINDS:
+        raise ConfigError(f"judge {judge.name!r}: kind must be 'outcome' or 'process', got {kind!r}.")
+    return kind
+
+
 def turn_scorer(judge: Judge | AsyncJudge) -> Callable[[Turn], Verdict]:
     """A function that scores one turn with ``judge``: its own ``score_one`` when ``judge`` is a
     :class:`TurnJudge` whose ``score`` is still the plain loop over it, else a batch of one."""
@@ -111,3 +132,31 @@ def score_batch(judge: Judge | AsyncJudge, turns: Sequence[Turn]) -> list[Verdic
     if callable(score):
         return list(score(turns))
     return run_sync(judge.ascore(turns))  # type: ignore[union-attr]
+
+
+@runtime_checkable
+class GroupJudgingEnv(Protocol):
+    """An env that can leave its group-batched judges to the caller (``group_batched = True``), who
+    scores a whole group's turns in one call (:func:`prm_gym.training.group_judges.score_deferred`).
+
+    Optional: :class:`prm_gym.envs.base.ToolEnv` has it; an env without it scores every turn itself.
+    """
+
+    def defer_group_judges(self, on: bool = True) -> list[str]:
+        """Defer (or, ``on=False``, stop deferring) the group-batched judges; the ids now deferred."""
+        ...
+
+    @property
+    def deferred_judges(self) -> list[tuple[float, Judge | AsyncJudge]]:
+        """``(weight, judge)`` of the deferred judges."""
+        ...
+
+    def take_deferred_turns(self) -> list[Turn]:
+        """The episode's turns since the last call, one per step, in order."""
+        ...
+
+
+def group_judging_env(env: Any) -> GroupJudgingEnv | None:
+    """``env`` (unwrapped) when it can defer group judges, else None."""
+    base = base_env(env)
+    return base if isinstance(base, GroupJudgingEnv) else None

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from prm_gym.training.config import TrainConfig
@@ -74,7 +75,8 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
     from prm_gym.training.evaluation import evaluate
     from prm_gym.training.lora import apply_checkpoint
-    from prm_gym.training.run import initial_weights
+    from prm_gym.training.run import initial_weights, probe_envs
+    from prm_gym.training.shaping import declared_outcomes
 
     policy = load_policy(cfg.policy, seed=cfg.seed, sample_dtype=cfg.sample_dtype)
     ckpt = Path(cfg.output_dir) / CHECKPOINT
@@ -88,6 +90,7 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
     chat = ChatTemplate(
         policy.tokenizer, cfg.system_prompt or DEFAULT_SYSTEM, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format
     )
+    cfg = replace(cfg, loss=declared_outcomes(cfg.loss, probe_envs(cfg, chat)[2]))  # success: the judges' outcome
     result = evaluate(policy, chat, cfg)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     summary = {"policy": cfg.policy, "checkpoint": source, **result}

@@ -18,6 +18,7 @@ import numpy as np
 
 from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.seams import trainer_env
 from prm_gym.core.tasks import Task
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.batch import Grouping, compute_advantages, flatten_groups, outcome_and_process
@@ -54,7 +55,8 @@ def make_tracker(cfg: TrainConfig, run: Run) -> DifficultyTracker | None:
     for env_id, ids in run.train_ids.items():
         env = run.make_envs[env_id]()
         try:
-            found = [env.unwrapped.tasks.get(i) for i in ids]  # type: ignore[attr-defined]
+            task_set = trainer_env(env, where=f"env {env_id}").tasks
+            found = [task_set.get(i) for i in ids]
         finally:
             env.close()
         if len(run.train_ids) > 1:

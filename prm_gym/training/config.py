@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.config_sections import (
     AsyncConfig,
     EvalConfig,
@@ -30,6 +31,7 @@ from prm_gym.training.mixture import EnvShare, kwargs_per_env, parse_env_spec
 
 __all__ = [
     "AsyncConfig",
+    "CombineConfig",
     "EvalConfig",
     "LoraConfig",
     "LossConfig",
@@ -138,6 +140,9 @@ class TrainConfig:
     infra_error (a judge, sandbox or retriever failing), instead of training on what is left."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    shaping: CombineConfig = field(default_factory=CombineConfig)
+    """How process and outcome rewards are mixed per group (PURE's credit=min, G-RA's gate, ReNorm,
+    normalisation, clipping; docs/judges.md); replaces the options after ';' in --judge."""
     recipes: RecipeConfig = field(default_factory=RecipeConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)

@@ -76,7 +76,9 @@ class LossConfig:
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to a frozen copy of the initial policy (0: no reference)."""
     outcome_terms: tuple[str, ...] = ("outcome",)
-    """Reward terms that form the episode outcome; every other term is a per-turn process reward."""
+    """Deprecated: train-agent takes the outcome terms from the judges (each declares its kind: outcome
+    when scored on the final turn, process when scored every turn); another value here overrides them.
+    Every other term is a per-turn process reward."""
     process_coef: float = 1.0
     """Weight of the normalised per-turn process reward-to-go added to the outcome advantage."""
     gamma: float = 1.0

@@ -36,10 +36,11 @@ from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
 from prm_gym.core.progress import bar
+from prm_gym.core.seams import trainer_env
 from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.mixture import task_key
-from prm_gym.training.run import env_factory, task_ids_of
+from prm_gym.training.run import env_factory
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,8 @@ def _evaluate_env(
     make_env = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)
     probe = make_env()
     try:
-        ids = task_ids_of(probe, "eval.env_kwargs")[: e.num_tasks]
-        tasks = probe.unwrapped.tasks  # type: ignore[attr-defined]
+        tasks = trainer_env(probe, where="eval.env_kwargs").tasks
+        ids = tasks.ids[: e.num_tasks]
         metas = {tid: tasks.get(tid).meta for tid in ids}
     finally:
         probe.close()

@@ -14,20 +14,21 @@ the whole group; the other envs never load its model. Envs served by ``prm-serve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from prm_gym.agents.rollout import Trajectory, TurnRecord
-from prm_gym.core.errors import InfraError, JudgeError
-from prm_gym.rewards.protocol import score_batch
-from prm_gym.rewards.types import Turn, Verdict
+from prm_gym.core.errors import JudgeError
+from prm_gym.rewards.protocol import group_judging_env
+from prm_gym.rewards.score import plan, score_turns
+from prm_gym.rewards.types import Turn
 
 
 def defer_group_judges(env: Any) -> list[str]:
-    """Defer ``env``'s group-batched judges; the ids deferred (empty for an env that cannot)."""
-    defer = getattr(getattr(env, "unwrapped", env), "defer_group_judges", None)
-    return list(defer()) if callable(defer) else []
+    """Defer ``env``'s group-batched judges; the ids deferred (empty for an env that cannot:
+    one without :class:`prm_gym.rewards.protocol.GroupJudgingEnv`)."""
+    base = group_judging_env(env)
+    return list(base.defer_group_judges()) if base is not None else []
 
 
 def score_deferred(envs: Sequence[Any], trajs: Sequence[Trajectory]) -> int:
@@ -43,42 +44,24 @@ def score_deferred(envs: Sequence[Any], trajs: Sequence[Trajectory]) -> int:
     Raises:
         JudgeError: an env's deferred turns do not line up with its trajectory's turns.
     """
-    unwrapped = [getattr(e, "unwrapped", e) for e in envs]
-    judges = unwrapped[0].deferred_judges if unwrapped and hasattr(unwrapped[0], "deferred_judges") else []
+    bases = [group_judging_env(e) for e in envs]
+    judges = bases[0].deferred_judges if bases and bases[0] is not None else []
     if not judges:
         return 0
     rows: list[tuple[Turn, TurnRecord]] = []
-    for env, traj in zip(unwrapped, trajs, strict=True):
-        turns = env.take_deferred_turns()
+    for base, traj in zip(bases, trajs, strict=True):
+        turns = base.take_deferred_turns() if base is not None else []
         if len(turns) != len(traj.turns):
             raise JudgeError(f"{len(turns)} deferred turns for a trajectory of {len(traj.turns)} turns.")
         rows += list(zip(turns, traj.turns, strict=True))
-    for weight, judge in judges:
-        picked = [(t, rec) for t, rec in rows if judge.scope != "final" or t.final]
-        if picked:
-            _apply(judge.name, judge.term, weight, judge, picked)
-    return len(judges)
-
-
-def _apply(name: str, term: str, weight: float, judge: Any, rows: list[tuple[Turn, TurnRecord]]) -> None:
-    """One ``score`` call over ``rows``' turns; each verdict goes into its record as ``env.step`` would."""
-    try:
-        verdicts: list[Verdict] = score_batch(judge, [t for t, _ in rows])
-    except InfraError as exc:  # an outside service failed: every turn of the call is infra, none scored
-        for _, rec in rows:
+    scored = score_turns(plan(judges), [t for t, _ in rows])  # the env step's scoring, over the group
+    for (_, rec), (terms, verdicts, infra, reward) in zip(rows, scored, strict=True):
+        for key, value in terms.items():  # each verdict goes into its record as env.step would put it
+            term = key[len("reward_") :]
+            rec.terms[term] = rec.terms.get(term, 0.0) + value
+            rec.info[key] = rec.terms[term]
+        rec.reward += reward
+        rec.info.setdefault("judge", {}).update(verdicts)
+        if infra:
             rec.status = rec.info["reward_status"] = "infra_error"
-            rec.info.setdefault("judge", {})[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        return
-    except Exception as exc:  # a bug in the judge: propagate, named
-        exc.add_note(f"raised by judge {name!r} scoring a group of {len(rows)} deferred turns: a bug in the judge")
-        raise
-    if len(verdicts) != len(rows):
-        raise JudgeError(f"{name} returned {len(verdicts)} verdicts for {len(rows)} turns.")
-    for (_, rec), verdict in zip(rows, verdicts, strict=True):
-        if not math.isfinite(verdict.score):
-            raise JudgeError(f"{name} returned a non-finite score {verdict.score!r}")
-        value = weight * verdict.score
-        rec.terms[term] = rec.terms.get(term, 0.0) + value
-        rec.info[f"reward_{term}"] = rec.terms[term]
-        rec.reward += value
-        rec.info.setdefault("judge", {})[name] = verdict.as_info()
+    return len(judges)

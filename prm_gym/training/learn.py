@@ -42,6 +42,7 @@ from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf, tiny_model, tiny_tokenizer
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.progress import bar
+from prm_gym.core.seams import trainer_env
 from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
 from prm_gym.training.evaluation import evaluate
 from prm_gym.training.metrics import read_metrics
@@ -84,7 +85,7 @@ def demonstrations(
 ) -> list[tuple[list[int], list[int]]]:
     """``n`` ``(token_ids, loss_mask)`` demonstrations played through prm/Math-v0 (train split)."""
     env = gym.make("prm/Math-v0", **env_kwargs(levels))
-    ids = list(getattr(env.unwrapped, "tasks").ids)  # noqa: B009  (ToolEnv attribute)
+    ids = trainer_env(env).tasks.ids
     rng = np.random.default_rng(seed)
     eos = chat.eos_token_id
     out = []
@@ -210,7 +211,7 @@ def held_out(args: argparse.Namespace) -> EvalConfig:
 def show_episode(policy: Any, chat: ChatTemplate, args: argparse.Namespace, title: str) -> None:
     """Print one greedy episode of the first held-out task, turn by turn with its reward terms."""
     env = gym.make("prm/Math-v0", **{**env_kwargs(args.levels), "split": "test"})
-    first = next(iter(getattr(env.unwrapped, "tasks").ids))  # noqa: B009  (ToolEnv attribute)
+    first = trainer_env(env).tasks.ids[0]
     t0 = time.perf_counter()
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
     traj = run_episode(env, policy, chat, seed=0, task_id=first, sampling=sampling)

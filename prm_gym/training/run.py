@@ -17,6 +17,7 @@ import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.hf import HFPolicy
+from prm_gym.core.seams import RewardKind, trainer_env
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint, model_state, save_checkpoint
@@ -32,6 +33,7 @@ from prm_gym.training.lora import (
     trainable,
 )
 from prm_gym.training.model_export import export_model
+from prm_gym.training.shaping import declared_outcomes, shaping_of
 
 
 def env_factory(env_id: str, kwargs: dict[str, Any], env_url: str = "") -> Callable[[], gym.Env]:
@@ -44,13 +46,6 @@ def env_factory(env_id: str, kwargs: dict[str, Any], env_url: str = "") -> Calla
         known = ", ".join(sorted(k for k in gym.registry if k.startswith("prm/")))
         raise ConfigError(f"env={env_id!r} is not registered; known prm ids: {known}.")
     return lambda: gym.make(env_id, **kwargs)
-
-
-def task_ids_of(env: gym.Env, where: str) -> list[str]:
-    tasks = getattr(env.unwrapped, "tasks", None)
-    if tasks is None or not hasattr(tasks, "ids"):
-        raise ConfigError(f"{where}: the env has no task set (env.unwrapped.tasks); use a ToolEnv.")
-    return list(tasks.ids)
 
 
 @dataclass
@@ -69,40 +64,33 @@ class Run:
     train_ids: dict[str, list[str]]
     step: int = 0
     combine: CombineConfig | None = None
-    """The env judge expression's combination options (after ';'), applied per group."""
+    """The combination options (``--shaping.*``: :func:`prm_gym.training.shaping.shaping_of`), applied per group."""
 
 
 def probe_envs(
     cfg: TrainConfig, chat: ChatTemplate
-) -> tuple[dict[str, Callable[[], gym.Env]], dict[str, list[str]], CombineConfig | None]:
-    """Per env of the run: its factory (parsing ``chat``'s tool format) and training task ids; and
-    the judge expressions' combination options, which the envs of a mixture must share (they shape
-    whole batches).
+) -> tuple[dict[str, Callable[[], gym.Env]], dict[str, list[str]], dict[str, dict[str, RewardKind]]]:
+    """Per env of the run: its factory (parsing ``chat``'s tool format), its training task ids, and
+    its reward terms' kinds (outcome or process, as its judges declare).
 
     Raises:
-        ConfigError: an env is not registered or has no task set; the envs' options differ.
+        ConfigError: an env is not registered or lacks what training needs (a task set, reward kinds).
     """
     makers = {e: env_factory(e, chat.env_kwargs(cfg.env_kwargs_for(e)), cfg.env_url) for e in cfg.env_ids}
     ids: dict[str, list[str]] = {}
-    combines: dict[str, CombineConfig | None] = {}
+    kinds: dict[str, dict[str, RewardKind]] = {}
     for env_id, make in makers.items():
         probe = make()
         try:
-            ids[env_id] = task_ids_of(probe, "env" if len(makers) == 1 else f"env {env_id}")
+            where = "env" if len(makers) == 1 else f"env {env_id}"
+            base = trainer_env(probe, where=where, fork=cfg.algo == "tree-grpo")
+            ids[env_id], kinds[env_id] = list(base.tasks.ids), dict(base.reward_kinds)
             if not cfg.resume and not cfg.env_url:  # a remote env shows task ids only
                 make_eval = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)
                 warn_if_heldout_reuses(env_id, probe, make_eval, cfg.eval.num_tasks)
-            spec = getattr(probe.unwrapped, "judge_spec", None)
-            combines[env_id] = spec.combine_config() if spec is not None else None
         finally:
             probe.close()
-    if len({repr(c) for c in combines.values()}) > 1:
-        shown = "; ".join(f"{e}: {c}" for e, c in combines.items())
-        raise ConfigError(
-            f"env: the envs of a mixture must share their judge expressions' options after ';' ({shown}); "
-            "give them the same options or train them apart."
-        )
-    return makers, ids, next(iter(combines.values()))
+    return makers, ids, kinds
 
 
 def build_run(cfg: TrainConfig) -> Run:
@@ -117,8 +105,9 @@ def build_run(cfg: TrainConfig) -> Run:
     chat = ChatTemplate(
         policy.tokenizer, cfg.system_prompt or DEFAULT_SYSTEM, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format
     )
-    make_envs, train_ids, combine = probe_envs(cfg, chat)
-    run = Run(cfg, policy, optimizer, ref, chat, make_envs, train_ids, combine=combine)
+    make_envs, train_ids, kinds = probe_envs(cfg, chat)
+    cfg = replace(cfg, loss=declared_outcomes(cfg.loss, kinds))  # the outcome terms the judges declare
+    run = Run(cfg, policy, optimizer, ref, chat, make_envs, train_ids, combine=shaping_of(cfg))
     if cfg.resume and not (Path(cfg.output_dir) / CHECKPOINT).exists():
         # a restart loop that always passes --resume must recover from a kill before the first checkpoint
         print(f"train-agent: no checkpoint in {cfg.output_dir} yet; starting from scratch", file=sys.stderr)

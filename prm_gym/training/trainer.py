@@ -13,7 +13,7 @@ metric keys, checkpoints and exclusion accounting.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
@@ -34,6 +34,7 @@ from prm_gym.training.update import learner_step
 def train(cfg: TrainConfig) -> Run:
     """Train with ``cfg``; metrics, plots, checkpoints and eval results go to ``cfg.output_dir``."""
     run = build_run(learner_config(cfg))
+    cfg = replace(cfg, loss=run.cfg.loss)  # with the outcome terms the env's judges declare
     learner = setup_learner(run)  # torchrun (WORLD_SIZE > 1): DDP/FSDP; rank 0 alone plays, logs and writes
     trackers = partial(open_trackers, cfg.report_to, cfg.report_project, cfg.output_dir, asdict(cfg))
     log = learner.metrics_log(cfg.output_dir, cfg.tensorboard, run.step if run.cfg.resume else None, trackers)

@@ -36,6 +36,7 @@ import numpy as np
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.rollout import Trajectory, continue_rollout, rollout
 from prm_gym.core.policy import Policy, SamplingParams
+from prm_gym.core.seams import trainer_env
 from prm_gym.training.batch import Grouping
 from prm_gym.training.config import TreeConfig
 
@@ -171,7 +172,7 @@ def sample_trees(
         sampling=sampling,
         max_context_tokens=max_context_tokens,
     )
-    bases = [e.unwrapped for e in envs]
+    bases = [trainer_env(e, fork=True, where="tree-grpo") for e in envs]
     for b, tid, s in zip(bases, roots_tasks, roots_seeds, strict=True):
         b.reset(seed=s, options={"task_id": tid})
     tree_leaves: list[list[Trajectory]] = [[c] for c in chains]

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.cli import parse
 from prm_gym.training.config import EvalConfig, LossConfig, RecipeConfig, SamplingConfig, TrainConfig
 from prm_gym.training.metrics import read_metrics
@@ -28,13 +29,16 @@ FLAGS = {
     "--loss.std-scope": "batch",
     "--loss.overlong-buffer": "4",
     "--loss.overlong-penalty": "0.5",
+    "--shaping.credit": "min",
+    "--shaping.gate": "1",
 }
 
 
 def test_every_recipe_flag_parses_and_is_listed_in_help() -> None:
     argv = [x for k, v in FLAGS.items() for x in ((k,) if v is None else (k, v))]
-    cfg = parse([*argv, "--judge", "rule/math_equiv + 0.1*rule/format ; credit=min, gate=1"])
+    cfg = parse([*argv, "--judge", "rule/math_equiv + 0.1*rule/format"])
     r, loss = cfg.recipes, cfg.loss
+    assert (cfg.shaping.credit, cfg.shaping.gate) == ("min", 1.0)
     assert (r.dynamic_sampling, r.roc_oversample, r.difficulty_filter, r.curriculum) == ("resample", 2.0, True, True)
     assert (r.difficulty_low, r.difficulty_high, r.curriculum_promote) == (0.1, 0.9, 0.6)
     assert (loss.clip_high, loss.aggregation, loss.std_scope, loss.overlong_buffer) == (
@@ -53,7 +57,8 @@ def test_every_recipe_flag_parses_and_is_listed_in_help() -> None:
 def test_training_with_all_recipes_and_judge_combination(tmp_path: Path) -> None:
     cfg = TrainConfig(
         env_kwargs=ENV_KW,
-        judge="rule/math_equiv + 0.1*rule/format + 0.1*rule/tool ; gate=1, credit=min",
+        judge="rule/math_equiv + 0.1*rule/format + 0.1*rule/tool",
+        shaping=CombineConfig(gate=1.0, credit="min"),
         group_size=2,
         tasks_per_step=2,
         steps=1,

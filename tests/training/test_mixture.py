@@ -114,11 +114,11 @@ def test_a_single_env_draws_what_it_drew_before_mixtures() -> None:
 def test_a_group_is_always_one_task_of_one_env(tmp_path: Path, curriculum: bool) -> None:
     cfg = mixed(tmp_path, tasks_per_step=3, group_size=3, recipes=RecipeConfig(curriculum=curriculum))
     tok = tiny_tokenizer()
-    makers, train_ids, combine = probe_envs(cfg, ChatTemplate(tok))
+    makers, train_ids, _ = probe_envs(cfg, ChatTemplate(tok))
     source = LocalRollouts(worker_spec(cfg), [FakePolicy(tok, ["<answer>4</answer>"])])
     tracker = make_tracker(cfg, Run(cfg, None, None, None, None, makers, train_ids))  # type: ignore[arg-type]
     assert (tracker is not None) == curriculum
-    collector = StepCollector(cfg, source, train_ids, tracker, combine)
+    collector = StepCollector(cfg, source, train_ids, tracker)
     seen: Counter[str] = Counter()
     try:
         for step in range(8):

@@ -8,7 +8,7 @@ Every body is JSON in the wire format of :mod:`prm_gym.envs.serve.wire`; every e
 * ``GET /health`` -> ``{"status": "ok", "env", "sessions", "max_sessions"}``;
 * ``GET /tools`` -> ``{"tools": [<OpenAI function schema>, ...]}``;
 * ``POST /sessions`` ``{"env_kwargs": {...}}`` -> 201 ``{"session_id", "env", "tools", "judge",
-  "reward_terms", "max_action_chars", "max_observation_chars"}``: a new env, made with the
+  "reward_terms", "reward_kinds", "max_action_chars", "max_observation_chars"}``: a new env, made with the
   server's ``--env-kwargs`` updated by the request's, whose keys must be in ``--allow-kwargs``;
 * ``POST /sessions/{id}/reset`` ``{"seed": int | null, "options": {"task_id": str}}`` ->
   ``{"observation", "info"}``;

@@ -74,6 +74,7 @@ def describe(env: gym.Env[Any, Any]) -> dict[str, Any]:
         "tools": list(getattr(base, "tool_schemas", [])),
         "judge": str(spec) if spec is not None else "",
         "reward_terms": list(getattr(base, "reward_terms", [])),
+        "reward_kinds": dict(getattr(base, "reward_kinds", {})),
         "max_action_chars": int(getattr(env.action_space, "max_length", 1 << 20)),
         "max_observation_chars": int(getattr(env.observation_space, "max_length", 1 << 20)),
     }
