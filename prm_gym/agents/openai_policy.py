@@ -33,7 +33,6 @@ from typing import Any
 
 import httpx
 
-from prm_gym.agents.policy_ids import OPENAI_PREFIX
 from prm_gym.agents.vllm import PolicyServerError
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.http_retry import post_json
@@ -42,7 +41,8 @@ from prm_gym.core.policy import ChatReply, Generation, SamplingParams
 from prm_gym.core.tool_formats import format_call
 from prm_gym.rewards.protocol import run_sync
 
-PREFIX = OPENAI_PREFIX
+#: The policy-id prefix of a chat-server policy (``openai:<model>[@<base_url>]``).
+PREFIX = "openai:"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_ENV, URL_ENV = "OPENAI_API_KEY", "OPENAI_BASE_URL"
 _RESPONSE_RE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
