@@ -14,24 +14,24 @@ from typing import Any
 
 import gymnasium as gym
 
+from prm_gym.core.seams import trainer_env
+from prm_gym.core.tasks import TaskSet
+
 
 class HeldOutOverlapWarning(UserWarning):
     """Held-out evaluation plays tasks the run also trains on."""
 
 
-def _fingerprints(env: gym.Env, ids: list[str]) -> set[tuple[str, str]]:
-    tasks = env.unwrapped.tasks  # type: ignore[attr-defined]
+def _fingerprints(tasks: TaskSet, ids: list[str]) -> set[tuple[str, str]]:
     return {(tid, str(tasks.get(tid).prompt)) for tid in ids}
 
 
 def heldout_overlap(train_env: gym.Env, eval_env: gym.Env, num_tasks: int) -> tuple[int, int]:
     """How many of the first ``num_tasks`` held-out tasks (same id and prompt) are training tasks, of how many."""
-    train_tasks = getattr(train_env.unwrapped, "tasks", None)
-    eval_tasks = getattr(eval_env.unwrapped, "tasks", None)
-    if not hasattr(train_tasks, "get") or not hasattr(eval_tasks, "get"):  # a remote env: ids only, nothing to compare
-        return 0, 0
-    ids = list(eval_tasks.ids)[:num_tasks]  # type: ignore[union-attr]
-    return len(_fingerprints(eval_env, ids) & _fingerprints(train_env, list(train_tasks.ids))), len(ids)  # type: ignore[union-attr]
+    train_tasks = trainer_env(train_env).tasks
+    eval_tasks = trainer_env(eval_env, where="eval env").tasks
+    ids = list(eval_tasks.ids)[:num_tasks]
+    return len(_fingerprints(eval_tasks, ids) & _fingerprints(train_tasks, list(train_tasks.ids))), len(ids)
 
 
 def warn_if_heldout_reuses(env_id: str, train_env: gym.Env, make_eval: Callable[[], Any], num_tasks: int) -> int:

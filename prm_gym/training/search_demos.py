@@ -18,6 +18,7 @@ import gymnasium as gym
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.seams import trainer_env
 from prm_gym.envs.search_tasks import generate_world, world_passages
 
 ENV_ID = "prm/Search-v0"
@@ -45,15 +46,15 @@ def search_demonstrations(
     """
     kw = {**ENV_KWARGS, **(env_kwargs or {})}
     env = gym.make(ENV_ID, **chat.env_kwargs(kw))
-    base: Any = env.unwrapped
+    tasks = trainer_env(env).tasks
     world = generate_world(int(kw.get("world_people", 300)), int(kw.get("world_seed", 0)))
     titles = {p.id: p.title for p in world_passages(world)}
-    ids = list(base.tasks.ids)
+    ids = list(tasks.ids)
     eos = chat.eos_token_id
     out, total = [], 0.0
     for k in range(n):
         obs, info = env.reset(seed=k, options={"task_id": ids[k % len(ids)]})
-        task = base.tasks.get(ids[k % len(ids)])
+        task = tasks.get(ids[k % len(ids)])
         tokens = chat.prompt_ids(obs, info["tools"])
         mask = [0] * len(tokens)
         gold = task.answer if isinstance(task.answer, str) else task.answer[0]

@@ -291,7 +291,7 @@ def test_a_run_ends_with_a_summary_of_its_figures_and_outputs(
     assert f"train reward (last step)    {rows[1]['reward']:.3f}" in out
     assert "held-out (2 tasks scored)" in out and "before -> after" in out
     assert f"success                   {first['eval/success']:.3f} -> {final['eval/success']:.3f}" in out
-    assert "files: checkpoint.pt, metrics.jsonl, reward.png" in out
+    assert "files: checkpoint.pt, metrics.jsonl, model/, reward.png" in out
 
 
 def test_the_default_eval_is_sized_to_the_run() -> None:
