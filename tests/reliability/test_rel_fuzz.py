@@ -153,7 +153,7 @@ def test_train_config_validation_fails_clearly(fields: dict[str, Any]) -> None:
 )
 def test_cli_rejects_random_argv_without_a_traceback(argv: list[str]) -> None:
     try:
-        rc = cli_main(["--mode", "eval", "--eval.num-tasks", "0", *argv])
+        rc = cli_main(["--mode", "eval", "--eval.num-tasks", "-1", *argv])
     except SystemExit as exc:  # argparse/tyro usage errors exit 2 with a message
         assert exc.code in (0, 2)
     else:
