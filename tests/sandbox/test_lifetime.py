@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -80,8 +82,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_corpus(world_passages(generate_world(30, seed=1)), tmp_path_factory.mktemp("c") / "corpus.jsonl")
 
 
-def _start_owner(corpus: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _start_owner(corpus: Path, tmpdir: str | None = None) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"TMPDIR": tmpdir} if tmpdir else {})}
     args = [str(corpus), "1" if _have_pg() else "0", "1" if _have_bwrap() else "0"]
     proc = subprocess.Popen([sys.executable, "-c", OWNER, *args], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
@@ -156,10 +158,11 @@ def test_a_folder_left_by_a_dead_owner_and_watchdog_is_reaped_at_the_next_start(
 
 
 @pytest.mark.skipif(not _have_pg(), reason="PostgreSQL server programs are not installed")
-def test_a_postgres_left_by_a_killed_owner_is_reaped_by_the_next_server(corpus: Path) -> None:
+def test_a_postgres_left_by_a_killed_owner_is_reaped_by_the_next_server(corpus: Path, private_tmp: str) -> None:
     from prm_gym.sandbox.sql_pgserver import PostgresServer
 
-    owner, started = _start_owner(corpus)
+    private = private_tmp
+    owner, started = _start_owner(corpus, private)
     for watchdog in started["watchdogs"]:  # type: ignore[attr-defined]
         os.kill(int(watchdog), signal.SIGKILL)
     owner.kill()
@@ -172,7 +175,21 @@ def test_a_postgres_left_by_a_killed_owner_is_reaped_by_the_next_server(corpus: 
         assert start_time(postmaster) is None and not pg_root.exists()
     finally:
         server.stop()
-    reap_stale("prm-retrieval-")  # the retrieval server of that owner too
+    reap_stale("prm-retrieval-", private)  # the retrieval server of that owner too
+
+
+@pytest.fixture
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A private temporary folder (short: a server's socket lives in it). A PostgreSQL started by
+    a test in another xdist worker reaps stale folders under /tmp, which would take a test's
+    deliberate orphan away before the test checks that it was left behind."""
+    private = tempfile.mkdtemp(prefix="pglt-", dir="/tmp")
+    os.chmod(private, 0o1777)  # like /tmp: the server may run as the postgres user
+    monkeypatch.setattr(tempfile, "tempdir", private)
+    yield private
+    reap_stale("prm-pg-", private)
+    reap_stale("prm-retrieval-", private)
+    shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
