@@ -41,7 +41,7 @@ apt-packages:
 
 ## Set everything up and play one SmolLM2-135M episode on prm/Math-v0, turn by turn (CPU, offline).
 demo: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.learn --output-dir runs/demo --show-episodes \
+	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.demo --output-dir runs/demo --show-episodes \
 		--levels 1 --eval-tasks 40 --sft-steps 30 --steps 6 --tasks-per-step 2 --eval-every 0
 
 ## Set everything up and run the default test suite (slow, gpu and network tests deselected).
@@ -89,7 +89,7 @@ lint: setup
 ## out whole): few-shot, SFT (best checkpoint), RFT (compute-matched) and GRPO, paired per held-out task (docs/learning.md).
 ## Resumable: finished phases and evaluations under runs/learn are reused.
 learn: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python experiments/learn.py --output-dir runs/learn
+	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.learn --output-dir runs/learn
 
 ## The three comparisons of docs/learning.md (CPU, small model, 5 seeds, mean ± s.e.): tree vs chain GRPO at
 ## equal tokens, turn-level process rewards vs outcome only, async vs sync under heavy-tailed tool latency.
@@ -99,9 +99,9 @@ COMPARE_SEEDS ?= 5
 COMPARE_JOBS ?= 2
 COMPARE_WHICH = $(or $(patsubst compare-%,%,$(filter compare-%,$@)),all)
 compare compare-tree compare-roots compare-process compare-async: setup
-	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m prm_gym.training.compare \
+	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m experiments.compare \
 		--which $(COMPARE_WHICH) --seed {} --threads 1 --output-dir runs/compare
-	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --which $(COMPARE_WHICH) \
+	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.compare --which $(COMPARE_WHICH) \
 		--seeds $(COMPARE_SEEDS) --output-dir runs/compare
 
 ## The comparisons on prm/Search-v0 multi-hop questions, sparse outcome (docs/learning.md): Tree-GRPO vs chain
@@ -111,15 +111,15 @@ SEARCH_FLAGS ?= --policy hf:tiny
 SEARCH_OUT ?= runs/compare-search
 SEARCH_WHICH = $(or $(patsubst compare-search-%,%,$(filter compare-search-%,$@)),all)
 compare-search compare-search-tree compare-search-process: setup
-	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m prm_gym.training.compare \
+	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m experiments.compare \
 		--task search --which $(SEARCH_WHICH) --seed {} --threads 1 --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m prm_gym.training.compare --task search --which $(SEARCH_WHICH) \
+	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.compare --task search --which $(SEARCH_WHICH) \
 		--seeds $(COMPARE_SEEDS) --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
 
 ## On one H200-class GPU (vLLM engine in process), at most 10 min: the learn study with larger groups and 500
 ## held-out tasks, and the search process-reward comparison (SmolLM2, 3 seeds). Stops at once without a GPU.
 gpu-learn: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python experiments/gpu_learn.py --output-dir runs/gpu-learn
+	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.gpu_learn --output-dir runs/gpu-learn
 
 ## Every benchmark in benchmarks/, written to docs/benchmarks.md (installs the peer suites first when it can).
 bench: setup

@@ -1,6 +1,6 @@
 """Ablation of the training recipes (issue 13): each option on and off, same budget, several seeds.
 
-A small SFT warm start (:mod:`prm_gym.training.learn`'s demonstrations, a 2-layer 64-wide Llama with the
+A small SFT warm start (:mod:`experiments.demo`'s demonstrations, a 2-layer 64-wide Llama with the
 byte-level tokenizer, trained once and shared) is followed, per arm and seed, by a few GRPO steps
 on ``prm/Math-v0`` levels 1-2 through the real env, judges and trainer, with two optimiser updates
 per batch (so the PPO ratio leaves 1 and the clip range matters). Every arm changes exactly one
@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
+from experiments.demo import warm_start
 from prm_gym.training.config import EvalConfig, LossConfig, RecipeConfig, SamplingConfig, TrainConfig
-from prm_gym.training.learn import warm_start
 
 JUDGE = "rule/math_equiv + 0.1*rule/format + 0.1*rule/tool"
 ENV_KWARGS = '{"levels": [1, 2], "max_turns": 3, "num_tasks": 24}'

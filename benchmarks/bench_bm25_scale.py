@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 from result_line import emit, spread
 
-from prm_gym.envs.search_index import BM25Index, Passage, write_corpus
-from prm_gym.envs.search_index.analyzer import Analyzer
-from prm_gym.envs.search_index.bm25 import bm25_avgdl, postings_in_chunks
+from prm_gym.envs.search.index import BM25Index, Passage, write_corpus
+from prm_gym.envs.search.index.analyzer import Analyzer
+from prm_gym.envs.search.index.bm25 import bm25_avgdl, postings_in_chunks
 
 QUERY_LENGTHS = (3, 4, 5, 6, 7, 8)
 QUERY_LENGTH_P = (0.30, 0.25, 0.18, 0.12, 0.08, 0.07)
@@ -124,7 +124,7 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
     print(f"top-10 (ids and scores) identical to exhaustive scoring: {same}/{min(args.check, len(queries))} queries")
     searcher = None
     try:
-        from prm_gym.envs.search_index.pyserini_backend import PyseriniRetriever, build_lucene_index
+        from prm_gym.envs.search.index.pyserini_backend import PyseriniRetriever, build_lucene_index
     except ImportError:
         print("pyserini   not installed (pip install 'prm-gym[pyserini]'): skipped")
     else:

@@ -76,13 +76,13 @@ from result_line import emit, median, per_call_us, settle, skipped, spread
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.envs.base import ToolEnv
-from prm_gym.envs.math import MathEnv
-from prm_gym.envs.math_tasks import generate_math_tasks
-from prm_gym.envs.search import SearchEnv
-from prm_gym.envs.search_index import BM25Index
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
-from prm_gym.envs.sql import SQLEnv
-from prm_gym.envs.sql_tasks import generate_sql_tasks
+from prm_gym.envs.math.env import MathEnv
+from prm_gym.envs.math.tasks import generate_math_tasks
+from prm_gym.envs.search.env import SearchEnv
+from prm_gym.envs.search.index import BM25Index
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.envs.sql.env import SQLEnv
+from prm_gym.envs.sql.tasks import generate_sql_tasks
 
 ENV_IDS = {"math": "prm/Math-v0", "search": "prm/Search-v0", "sql": "prm/SQL-v0", "search_tool": "prm/Search-v0"}
 #: The same 70 characters of reasoning before every math answer, on every side.

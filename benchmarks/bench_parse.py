@@ -19,8 +19,8 @@ import time
 
 from result_line import emit, median, per_call_us, settle, spread
 
-from prm_gym.envs.math import MathEnv
-from prm_gym.envs.math_tasks import generate_math_tasks
+from prm_gym.envs.math.env import MathEnv
+from prm_gym.envs.math.tasks import generate_math_tasks
 
 LENGTHS = (70, 1_000, 4_000, 16_000)
 SENTENCE = "Let me think step by step. First add the numbers, then check the sum. "

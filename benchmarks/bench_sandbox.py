@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from result_line import emit
 
-from prm_gym.envs.code_tasks import load_humaneval
+from prm_gym.envs.code.tasks import load_humaneval
 from prm_gym.rewards.unit_tests import build_program, run_tests
 from prm_gym.sandbox.pool import WarmPool
 from prm_gym.sandbox.protocol import make_sandbox

@@ -29,9 +29,9 @@ from result_line import emit, spread
 from varied_corpus import varied_corpus
 
 from prm_gym.core.parsing import format_tool_call
-from prm_gym.envs.search import SearchEnv
-from prm_gym.envs.search_index import BM25Index, HTTPRetriever, Passage, write_corpus
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.envs.search.env import SearchEnv
+from prm_gym.envs.search.index import BM25Index, HTTPRetriever, Passage, write_corpus
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, world_passages
 
 
 def _timed(fn: Callable[[], object], reps: int) -> list[float]:
@@ -111,7 +111,7 @@ def _pyserini(passages: list[Passage], queries: list[str], tmp: Path) -> tuple[f
     try:
         import pyserini  # noqa: F401
 
-        from prm_gym.envs.search_index.pyserini_backend import PyseriniRetriever, build_lucene_index
+        from prm_gym.envs.search.index.pyserini_backend import PyseriniRetriever, build_lucene_index
     except ImportError:
         print("pyserini      not installed (pip install 'prm-gym[pyserini]'): skipped")
         return None
@@ -173,7 +173,7 @@ def _emit_qps(row: str, qps: dict[str, list[float]], mine: str, theirs: str, nam
 @contextlib.contextmanager
 def served(index_dir: Path, batch_threads: int = 1, workers: int = 1) -> Iterator[str]:
     """The URL of a RetrievalServer process serving the index saved in ``index_dir``."""
-    cmd = [sys.executable, "-m", "prm_gym.envs.search_index.server", "--index", str(index_dir), "--port", "0"]
+    cmd = [sys.executable, "-m", "prm_gym.envs.search.index.server", "--index", str(index_dir), "--port", "0"]
     cmd += ["--batch-threads", str(batch_threads), "--workers", str(workers)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
@@ -241,7 +241,7 @@ def server_rows(index: BM25Index, queries: list[str], reps: int, tmp: Path) -> N
 
 def _dense(passages: list[Passage], queries: list[str], reps: int) -> None:
     try:
-        from prm_gym.envs.search_index.dense import DenseIndex, Encoder
+        from prm_gym.envs.search.index.dense import DenseIndex, Encoder
     except ImportError:
         print("dense         not installed (pip install 'prm-gym[dense]'): skipped")
         return

@@ -42,8 +42,8 @@ from result_line import emit, skipped, spread
 
 from prm_gym.core.parsing import format_answer, parse_action
 from prm_gym.core.tasks import Task
-from prm_gym.envs.sql_tasks import generate_sql_tasks
-from prm_gym.rewards.sql_match import ExecutionMatchJudge
+from prm_gym.envs.sql.judges import ExecutionMatchJudge
+from prm_gym.envs.sql.tasks import generate_sql_tasks
 from prm_gym.rewards.types import Turn
 
 SKYRL_SCRIPT = """

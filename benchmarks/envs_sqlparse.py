@@ -10,7 +10,7 @@ import sqlglot.parser
 from fresh_text import fresh_sql
 from result_line import settle
 
-from prm_gym.rewards.sql_shape import normalise_sql, parse_shape
+from prm_gym.envs.sql.shape import normalise_sql, parse_shape
 
 #: Issue #25: the default-judge SQL step at least this many times faster than skyrl-gym's final step.
 GOAL = 3.0

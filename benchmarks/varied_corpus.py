@@ -1,6 +1,6 @@
 """A seeded corpus with a Zipfian, varied vocabulary, for BM25 benchmarks that templates do not flatter.
 
-The generated world of :mod:`prm_gym.envs.search_tasks` repeats a handful of sentence templates,
+The generated world of :mod:`prm_gym.envs.search.tasks` repeats a handful of sentence templates,
 so its posting lists are few and very regular. This corpus draws every passage's words from a
 vocabulary of invented words with Zipf-distributed frequencies (exponent ~1.07, as in English
 text), passages of varied length, and a topic per passage that skews its word choice, so that
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prm_gym.envs.search_index import Passage
+from prm_gym.envs.search.index import Passage
 
 _ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "st", "tr"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]

@@ -5,7 +5,7 @@ On one H200-class GPU, within ``--budget-s`` (600 s by default) of wall clock in
 1. ``experiments/learn.py`` (few-shot, SFT, RFT, GRPO on held-out word problems) with larger
    groups and 500 held-out tasks per set, into ``<output-dir>/learn`` (its ``summary.json`` and
    ``summary.md``);
-2. ``python -m prm_gym.training.compare --task search --which process`` (outcome only against
+2. ``python -m experiments.compare --task search --which process`` (outcome only against
    retrieval credit and IGPO's information gain, 3 seeds, SmolLM2-135M) sampling with the
    in-process vLLM engine (``--sampler vllm-engine``), larger groups and 500 held-out tasks, into
    ``<output-dir>/compare-search`` (``process/summary.json`` and its plots).
@@ -40,7 +40,7 @@ LEARN_DRY = ["--policy", "hf:tiny", "--train-tasks", "40", "--val-tasks", "4", "
 LEARN_DRY += ["--sft-steps", "2", "--sft-every", "1", "--rft-max-steps", "1", "--steps", "1", "--group-size", "2"]
 LEARN_DRY += ["--tasks-per-step", "1", "--chunk", "4", "--max-new-tokens", "16", "--threads", "1", "--micro-batch", "2"]
 
-COMPARE = ["-m", "prm_gym.training.compare", "--task", "search", "--which", "process"]
+COMPARE = ["-m", "experiments.compare", "--task", "search", "--which", "process"]
 COMPARE_GPU = ["--policy", "hf:smollm2-135m", "--sampler", "vllm-engine", "--seeds", "3", "--steps", "20"]
 COMPARE_GPU += ["--trees", "4", "--expand-nodes", "3", "--tasks-per-step", "8", "--eval-tasks", "500"]
 COMPARE_GPU += ["--eval-samples", "1", "--eval-every", "10", "--demos", "800", "--sft-steps", "150"]
@@ -81,7 +81,7 @@ def gpu_problem() -> str | None:
         return (
             "make gpu-learn needs a CUDA GPU, and torch.cuda.is_available() is False on this machine. "
             "On CPU run `make learn` and `make compare-search-process` instead "
-            "(or `python experiments/gpu_learn.py --dry-run` to check the command line)."
+            "(or `python -m experiments.gpu_learn --dry-run` to check the command line)."
         )
     if importlib.util.find_spec("vllm") is None:
         return "make gpu-learn samples with vLLM in this process, and vllm does not import: pip install -e '.[vllm]'."
@@ -91,7 +91,7 @@ def gpu_problem() -> str | None:
 def phases(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """``(name, argv)`` of each phase to run, for the GPU or for the dry run."""
     out = Path(args.output_dir)
-    learn = [str(ROOT / "experiments" / "learn.py"), "--output-dir", str(out / "learn")]
+    learn = ["-m", "experiments.learn", "--output-dir", str(out / "learn")]
     compare = [*COMPARE, "--output-dir", str(out / "compare-search")]
     runs = [
         ("learn", [*learn, *(LEARN_DRY if args.dry_run else LEARN_GPU)]),

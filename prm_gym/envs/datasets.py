@@ -44,10 +44,10 @@ from typing import Any
 from prm_gym.core.errors import TaskError
 from prm_gym.core.records import load_task_set
 from prm_gym.core.tasks import Task, TaskSet
-from prm_gym.envs.code_tasks import humaneval_task, load_humaneval, mbpp_task
-from prm_gym.envs.math_tasks import competition_math_task, gsm8k_task
-from prm_gym.envs.search_tasks import qa_record
-from prm_gym.envs.sql_tasks import load_sql_file
+from prm_gym.envs.code.tasks import humaneval_task, load_humaneval, mbpp_task
+from prm_gym.envs.math.tasks import competition_math_task, gsm8k_task
+from prm_gym.envs.search.tasks import qa_record
+from prm_gym.envs.sql.tasks import load_sql_file
 
 PREFIX = "dataset:"
 FromRecord = Callable[[Mapping[str, Any], str, str], Task]

@@ -12,7 +12,7 @@ Gold passages come from ``task.meta["gold_ids"]`` (passage ids) or ``["gold_titl
 passages contain a gold answer (SQuAD-normalised, on word boundaries). Only passages new to
 the episode count, so repeating a search earns nothing; summed over an episode the score is at
 most 1. Passages are read from the env's own tool output (``Doc i [id=...] Title: ...``
-header lines, see :func:`prm_gym.envs.search.format_passages`), never from the agent's text.
+header lines, see :func:`prm_gym.envs.search.env.format_passages`), never from the agent's text.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from prm_gym.core.models import CHATML_TEMPLATE, tiny_tokenizer
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.policy import FakePolicy, SamplingParams
 from prm_gym.core.tool_formats import FORMAT_NAMES, FORMATS
-from prm_gym.envs.math import MathEnv
+from prm_gym.envs.math.env import MathEnv
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.sources import worker_spec
 from prm_gym.training.worker import RolloutWorker

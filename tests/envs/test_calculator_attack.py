@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.parsing import format_tool_call
-from prm_gym.envs.calculator import DEADLINE_S
+from prm_gym.envs.math.calculator import DEADLINE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Wall-clock guard per call: only catches a hang (the machine may be loaded); CPU time is asserted.
@@ -30,7 +30,7 @@ HANG_S = 10.0
 _CHILD = """
 import json, sys, time
 from prm_gym.core.errors import ToolError
-from prm_gym.envs.calculator import evaluate
+from prm_gym.envs.math.calculator import evaluate
 for line in sys.stdin:
     expr = json.loads(line)
     start = time.thread_time()

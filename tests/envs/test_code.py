@@ -8,9 +8,9 @@ from gymnasium.utils.env_checker import check_env
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.parsing import format_tool_call
-from prm_gym.envs.code import CodeEnv
-from prm_gym.envs.code_gen import generate_code_tasks
-from prm_gym.envs.code_tasks import load_code_file, load_humaneval
+from prm_gym.envs.code.env import CodeEnv
+from prm_gym.envs.code.gen import generate_code_tasks
+from prm_gym.envs.code.tasks import load_code_file, load_humaneval
 from prm_gym.rewards.unit_tests import UnitTestsJudge
 from prm_gym.sandbox.bwrap import BwrapSandbox
 from prm_gym.sandbox.pool import WarmPool

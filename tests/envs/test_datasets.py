@@ -20,7 +20,7 @@ from prm_gym.core.errors import TaskError
 from prm_gym.core.records import read_records, split_of
 from prm_gym.core.tasks import TaskSet
 from prm_gym.envs.datasets import DATASETS, load_dataset
-from prm_gym.envs.search_index import BM25Index, Passage
+from prm_gym.envs.search.index import BM25Index, Passage
 
 SEARCH_R1_PROMPT = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "

@@ -13,8 +13,8 @@ import pytest
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.errors import TaskError, ToolError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.calculator import evaluate
-from prm_gym.envs.math_tasks import LEVELS, generate_math_tasks, last_boxed, load_math_file
+from prm_gym.envs.math.calculator import evaluate
+from prm_gym.envs.math.tasks import LEVELS, generate_math_tasks, last_boxed, load_math_file
 from prm_gym.rewards.rule import math_equal
 
 

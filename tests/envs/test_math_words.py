@@ -10,9 +10,9 @@ import pytest
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.errors import TaskError
-from prm_gym.envs.calculator import evaluate
-from prm_gym.envs.math_tasks import generate_math_tasks
-from prm_gym.envs.math_words import HELD_OUT, TEMPLATES, word_problem
+from prm_gym.envs.math.calculator import evaluate
+from prm_gym.envs.math.tasks import generate_math_tasks
+from prm_gym.envs.math.words import HELD_OUT, TEMPLATES, word_problem
 
 
 def test_every_template_fills_and_its_calls_reach_the_answer() -> None:

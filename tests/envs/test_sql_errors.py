@@ -15,8 +15,8 @@ import pytest
 
 from prm_gym.core.errors import ToolError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.sql import SQLEnv
-from prm_gym.sandbox.sql_db import DatabaseError, SQLiteDatabase
+from prm_gym.envs.sql.db import DatabaseError, SQLiteDatabase
+from prm_gym.envs.sql.env import SQLEnv
 
 SPOOFS = [
     'SELECT * FROM "unable to open"',

@@ -12,9 +12,7 @@ from prm_gym.core.errors import JudgeError
 from prm_gym.core.parsing import format_answer, format_tool_call, parse_action
 from prm_gym.core.tasks import Task
 from prm_gym.core.tools import ToolResult
-from prm_gym.rewards.protocol import score_batch
-from prm_gym.rewards.registry import make_judge
-from prm_gym.rewards.sql_match import (
+from prm_gym.envs.sql.judges import (
     DATABASES,
     SQLShape,
     gold_orders,
@@ -23,7 +21,9 @@ from prm_gym.rewards.sql_match import (
     rows_match,
     sql_shape,
 )
-from prm_gym.rewards.sql_results import ByteLRU, ResultLimits, repair_spacing
+from prm_gym.envs.sql.results import ByteLRU, ResultLimits, repair_spacing
+from prm_gym.rewards.protocol import score_batch
+from prm_gym.rewards.registry import make_judge
 from prm_gym.rewards.types import Turn
 
 

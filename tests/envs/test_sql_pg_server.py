@@ -17,16 +17,16 @@ import pytest
 
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.sql import SQLEnv
-from prm_gym.envs.sql_tasks import generate_sql_tasks
-from prm_gym.rewards.sql_match import gold_orders, rows_match
-from prm_gym.sandbox.sql_db import SQLiteDatabase
+from prm_gym.envs.sql.db import SQLiteDatabase
+from prm_gym.envs.sql.env import SQLEnv
+from prm_gym.envs.sql.judges import gold_orders, rows_match
+from prm_gym.envs.sql.tasks import generate_sql_tasks
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'prm-gym[sql-postgres]')")
 
-from prm_gym.sandbox.sql_pghost import PostgresHost, acquire_host, release_host  # noqa: E402
-from prm_gym.sandbox.sql_pgserver import find_pg_bin, process_gone  # noqa: E402
-from prm_gym.sandbox.sql_postgres import PostgresDatabase  # noqa: E402
+from prm_gym.envs.sql.pghost import PostgresHost, acquire_host, release_host  # noqa: E402
+from prm_gym.envs.sql.pgserver import find_pg_bin, process_gone  # noqa: E402
+from prm_gym.envs.sql.postgres import PostgresDatabase  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("postgres")
 

@@ -14,7 +14,7 @@ import pytest
 
 from prm_gym.core.errors import ToolError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.sql import SQLEnv
+from prm_gym.envs.sql.env import SQLEnv
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'prm-gym[sql-postgres]')")
 
@@ -71,7 +71,7 @@ def pg_dsn() -> Iterator[str]:
 
 
 def test_postgres_episode_is_read_only_and_time_limited(pg_dsn: str) -> None:
-    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+    from prm_gym.envs.sql.postgres import PostgresDatabase
 
     db = PostgresDatabase(pg_dsn)
     assert db.tables() == ["pet"] and '"größe" integer' in db.describe("pet")
@@ -103,7 +103,7 @@ def test_postgres_episode_is_read_only_and_time_limited(pg_dsn: str) -> None:
 
 
 def test_ending_its_own_session_is_the_agents_error_not_infra(pg_dsn: str) -> None:
-    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+    from prm_gym.envs.sql.postgres import PostgresDatabase
 
     db = PostgresDatabase(pg_dsn)
     with pytest.raises(ToolError):
@@ -113,7 +113,7 @@ def test_ending_its_own_session_is_the_agents_error_not_infra(pg_dsn: str) -> No
 
 
 def test_a_smuggled_second_statement_cannot_lift_the_time_limit(pg_dsn: str) -> None:
-    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+    from prm_gym.envs.sql.postgres import PostgresDatabase
 
     db = PostgresDatabase(pg_dsn)
     start = time.monotonic()
@@ -126,7 +126,7 @@ def test_a_smuggled_second_statement_cannot_lift_the_time_limit(pg_dsn: str) -> 
 
 
 def test_only_the_rows_asked_for_reach_the_client(pg_dsn: str) -> None:
-    from prm_gym.sandbox.sql_postgres import PostgresDatabase
+    from prm_gym.envs.sql.postgres import PostgresDatabase
 
     db = PostgresDatabase(pg_dsn)
     start = time.monotonic()

@@ -17,11 +17,11 @@ from typing import Any
 
 from prm_gym.core.parsing import format_answer, parse_action
 from prm_gym.core.tasks import Task
-from prm_gym.envs.sql_tasks import generate_sql_tasks
+from prm_gym.envs.sql.judges import gold_shape, sql_shape
+from prm_gym.envs.sql.shape import SUBMITTED
+from prm_gym.envs.sql.tasks import generate_sql_tasks
 from prm_gym.rewards.protocol import score_batch
 from prm_gym.rewards.registry import make_judge
-from prm_gym.rewards.sql_match import gold_shape, sql_shape
-from prm_gym.rewards.sql_shape import SUBMITTED
 from prm_gym.rewards.types import Turn
 
 GOLDEN = Path(__file__).with_name("sql_verdicts.json")

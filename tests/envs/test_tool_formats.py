@@ -15,7 +15,7 @@ from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.tasks import Task, TaskSet
 from prm_gym.core.tool_formats import FORMAT_NAMES
 from prm_gym.envs.custom import CustomToolEnv
-from prm_gym.envs.math import MathEnv
+from prm_gym.envs.math.env import MathEnv
 
 CALC = ("calculator", {"expression": "2+3"})
 HERMES_CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>'

@@ -7,7 +7,7 @@ import pytest
 
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
-from prm_gym.envs.math_tasks import generate_math_tasks
+from prm_gym.envs.math.tasks import generate_math_tasks
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.collect import is_degenerate
 from prm_gym.training.config import LossConfig, RecipeConfig, TrainConfig

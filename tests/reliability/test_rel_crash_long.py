@@ -98,7 +98,7 @@ def test_ctrl_c_cleans_up_sandboxes_and_temp_files(tmp_path: Path) -> None:
     tmp.mkdir()
     code = (
         "import os, time\n"
-        "from prm_gym.envs.code import CodeEnv\n"
+        "from prm_gym.envs.code.env import CodeEnv\n"
         "env = CodeEnv(num_tasks=3)\n"
         "env.reset(seed=0)\n"
         "try:\n"

@@ -17,7 +17,7 @@ import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.core.errors import JudgeError, RetrievalError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.tasks import Task
-from prm_gym.envs.search_index.client import HTTPRetriever
+from prm_gym.envs.search.index.client import HTTPRetriever
 from prm_gym.rewards.llm_judge import LLMJudge
 from prm_gym.rewards.protocol import score_batch
 from prm_gym.rewards.types import Turn
@@ -90,7 +90,7 @@ def test_http_retriever_deadline_covers_the_whole_answer(dribbler: str) -> None:
 
 
 def test_defaults_keep_a_step_moving() -> None:
-    from prm_gym.envs.search_index.client import DEFAULT_TIMEOUT_S as RETRIEVER_S
+    from prm_gym.envs.search.index.client import DEFAULT_TIMEOUT_S as RETRIEVER_S
     from prm_gym.rewards.llm_judge import DEFAULT_TIMEOUT_S as JUDGE_S
 
     assert LLMJudge().timeout_s == JUDGE_S == 30.0

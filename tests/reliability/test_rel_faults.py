@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prm_gym.envs.math import MathEnv
+from prm_gym.envs.math.env import MathEnv
 from prm_gym.rewards.openai_fake import FakeOpenAIServer
 
 RATE = 0.3
@@ -102,8 +102,8 @@ def test_judge_faults_are_flagged_one_for_one() -> None:
 
 
 def test_retrieval_server_down_mid_run_is_infra_not_agent_error() -> None:
-    from prm_gym.envs.search import SearchEnv, world_index
-    from prm_gym.envs.search_index.server import RetrievalServer
+    from prm_gym.envs.search.env import SearchEnv, world_index
+    from prm_gym.envs.search.index.server import RetrievalServer
 
     index = world_index(40, 0)
     server = RetrievalServer(index, port=0).start()
@@ -159,7 +159,7 @@ def _bwrap_killer_sandbox(plan: list[bool]) -> Any:
 
 
 def test_sandbox_backend_killed_is_flagged() -> None:
-    from prm_gym.envs.code import CodeEnv
+    from prm_gym.envs.code.env import CodeEnv
 
     rng = np.random.default_rng(3)
     plan = [bool(rng.random() < 0.4) for _ in range(8)]

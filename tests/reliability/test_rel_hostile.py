@@ -114,7 +114,7 @@ SQL_ATTEMPTS = [
 
 
 def test_sql_attacks_cannot_modify_or_escape_the_database() -> None:
-    from prm_gym.envs.sql import SQLEnv
+    from prm_gym.envs.sql.env import SQLEnv
 
     env = SQLEnv(num_tasks=5, query_timeout_s=1.0, max_turns=200)
     env.reset(seed=0)
@@ -145,7 +145,7 @@ def _json(text: str) -> str:
 
 
 def test_search_queries_cannot_exhaust_the_index() -> None:
-    from prm_gym.envs.search import SearchEnv
+    from prm_gym.envs.search.env import SearchEnv
 
     env = SearchEnv(world_people=40, num_tasks=5, max_turns=100)
     env.reset(seed=0)
@@ -183,7 +183,7 @@ MARKUP_ACTIONS = [
 
 
 def test_markup_imitation_is_not_trusted() -> None:
-    from prm_gym.envs.math import MathEnv
+    from prm_gym.envs.math.env import MathEnv
     from prm_gym.rewards.openai_fake import FakeOpenAIServer, gullible
 
     with FakeOpenAIServer(reply=gullible) as server:

@@ -12,7 +12,7 @@ import numpy as np
 from prm_gym.core.errors import SandboxError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.tasks import Task
-from prm_gym.envs.math import MathEnv
+from prm_gym.envs.math.env import MathEnv
 from prm_gym.training.sources import LocalRollouts
 from prm_gym.training.worker import WorkerSpec
 

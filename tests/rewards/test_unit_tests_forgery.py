@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from prm_gym.envs.code import CodeEnv
-from prm_gym.envs.code_tasks import load_humaneval
+from prm_gym.envs.code.env import CodeEnv
+from prm_gym.envs.code.tasks import load_humaneval
 
 TASK = "HumanEval/2"
 HEAD = "def truncate_number(number: float) -> float:\n"

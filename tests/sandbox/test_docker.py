@@ -14,7 +14,7 @@ import pytest
 
 from prm_gym.core.errors import SandboxError
 from prm_gym.core.parsing import format_answer, format_tool_call
-from prm_gym.envs.code_gen import generate_code_tasks
+from prm_gym.envs.code.gen import generate_code_tasks
 from prm_gym.sandbox.protocol import make_sandbox
 from prm_gym.sandbox.types import Limits
 

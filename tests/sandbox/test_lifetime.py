@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from prm_gym.core.errors import ConfigError
-from prm_gym.envs.search_index import write_corpus
-from prm_gym.envs.search_tasks import generate_world, world_passages
+from prm_gym.envs.search.index import write_corpus
+from prm_gym.envs.search.tasks import generate_world, world_passages
 from prm_gym.sandbox.lifetime import GRACE_S, POLL_S, Lease, reap_stale, start_time
 
 #: Seconds after the owner's death by which its servers must be gone and folders removed.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _have_pg() -> bool:
-    from prm_gym.sandbox.sql_pgserver import find_pg_bin
+    from prm_gym.envs.sql.pgserver import find_pg_bin
 
     try:
         find_pg_bin()
@@ -52,7 +52,7 @@ def _have_bwrap() -> bool:
 OWNER = textwrap.dedent(
     """
     import json, sys, time
-    from prm_gym.envs.search_index.process import RetrievalProcess
+    from prm_gym.envs.search.index.process import RetrievalProcess
     out = {"pids": [], "folders": [], "watchdogs": []}
     retrieval = RetrievalProcess(sys.argv[1], corpus=True, workers=3)
     out["folders"].append(str(retrieval.lease.root))
@@ -60,7 +60,7 @@ OWNER = textwrap.dedent(
     out["pids"].append(retrieval.pid)
     out["group"] = retrieval.pid
     if sys.argv[2] == "1":
-        from prm_gym.sandbox.sql_pgserver import PostgresServer
+        from prm_gym.envs.sql.pgserver import PostgresServer
         pg = PostgresServer()
         out["folders"].append(str(pg.root))
         out["watchdogs"].append(pg.lease.watchdog.pid)
@@ -159,7 +159,7 @@ def test_a_folder_left_by_a_dead_owner_and_watchdog_is_reaped_at_the_next_start(
 
 @pytest.mark.skipif(not _have_pg(), reason="PostgreSQL server programs are not installed")
 def test_a_postgres_left_by_a_killed_owner_is_reaped_by_the_next_server(corpus: Path, private_tmp: str) -> None:
-    from prm_gym.sandbox.sql_pgserver import PostgresServer
+    from prm_gym.envs.sql.pgserver import PostgresServer
 
     private = private_tmp
     owner, started = _start_owner(corpus, private)

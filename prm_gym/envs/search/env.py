@@ -1,0 +1,219 @@
+"""prm/Search-v0: multi-turn retrieval QA with a search tool over a passage corpus."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.parsing import ToolCall
+from prm_gym.core.tasks import Task, TaskSet, as_task_set
+from prm_gym.core.tools import Tool, ToolResult
+from prm_gym.envs.base import ToolEnv
+from prm_gym.envs.datasets import file_loader
+from prm_gym.envs.search.index import BM25Index, Passage, Retriever, open_retriever
+from prm_gym.envs.search.index.client import DEFAULT_TIMEOUT_S as DEFAULT_RETRIEVAL_TIMEOUT_S
+from prm_gym.envs.search.index.protocol import check_query
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, load_qa_file, qa_record, world_passages
+from prm_gym.rewards.combine import JudgeSpec
+
+_DOC_ID = re.compile(r"^Doc \d+ \[id=([^\]\n]*)\] Title: ", re.MULTILINE)
+#: Bumped whenever the generated world or the index format changes (invalidates caches).
+WORLD_VERSION = "1"
+
+
+def cache_dir() -> Path:
+    """Where generated indexes are cached: ``$PRM_GYM_CACHE`` or ``~/.cache/prm-gym``."""
+    if os.environ.get("PRM_GYM_CACHE"):
+        return Path(os.environ["PRM_GYM_CACHE"]) / "search"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prm-gym" / "search"
+
+
+def world_index(n_people: int, seed: int) -> BM25Index:
+    """The BM25 index of a generated world, loaded from the cache or built and cached.
+
+    Once per process for each ``(n_people, seed)`` and cache folder: envs share the (read-only) index.
+    """
+    return _world_index(n_people, seed, str(cache_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _world_index(n_people: int, seed: int, folder: str) -> BM25Index:
+    key = hashlib.sha256(f"{WORLD_VERSION}/{n_people}/{seed}".encode()).hexdigest()[:12]
+    path = Path(folder) / f"world-{n_people}-{seed}-{key}"
+    try:
+        return BM25Index.load(path).warm()
+    except (ConfigError, OSError, ValueError):
+        index = BM25Index.build(world_passages(generate_world(n_people, seed)))
+        with contextlib.suppress(OSError):  # a read-only cache is not fatal
+            index.save(path)
+        return index.warm()
+
+
+def format_passages(passages: list[Passage]) -> str:
+    """The tool output: one header line per passage (``Doc i [id=...] Title: ...``), then its text."""
+    if not passages:
+        return "No passages matched the query; try other keywords."
+    return "\n".join(f"Doc {i} [id={p.id}] Title: {p.title}\n{p.text}" for i, p in enumerate(passages, 1))
+
+
+class SearchEnv(ToolEnv):
+    """Answer a question by searching a passage corpus, then submit one short answer.
+
+    ## Description
+    Each episode is one question (single- or multi-hop). On every turn the agent either calls
+    ``search`` (``<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>``) and
+    reads the top ``topk`` passages, or answers with ``<answer>...</answer>``, which ends the
+    episode. The default corpus is a generated fictional world, so answers need retrieval.
+
+    ## Action Space
+    ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
+
+    ## Observation Space
+    ``UnicodeText``: the question and instructions at ``reset``; afterwards the passages in
+    ``<tool_response>`` blocks (``Doc i [id=...] Title: ...`` then the text), or an error.
+
+    ## Rewards
+    The default judge is ``"rule/exact_match + 0.1*rule/format + 0.2*rule/retrieval"``:
+    ``reward_outcome`` is 1 on the answer turn when the SQuAD-normalised answer equals a gold
+    answer (``rule/f1`` gives token F1 instead); ``reward_format`` is -0.1 on a turn that does
+    not parse; ``reward_retrieval`` is 0.2 times the fraction of the task's gold passages first
+    retrieved on this turn (without gold passages: the first time a passage holds the answer).
+    Any turn-scoped judge in the expression (e.g. a process judge ``llm/turn``) sees every
+    search turn with its query and passages.
+
+    ## Episode End
+    Terminated when an answer is submitted. Truncated after ``max_turns`` turns.
+
+    ## Information
+    ``task_id``, ``turn``, ``answer``, ``reward_<term>`` per term, ``reward_status``
+    (``infra_error`` when the retriever is down or slow), ``judge`` (per judge ``score``),
+    ``parse``, ``tool`` (``calls``, ``failed``, ``ok``, ``name``, ``latency_s``) and
+    ``retrieval`` (``queries``, ``passages`` this turn, ``gold_recall`` so far or -1 when the task
+    records no gold passages); ``reset`` adds ``tools`` (OpenAI schemas).
+
+    ## Arguments
+    * ``tasks``: None for generated questions; an NQ / HotpotQA / Search-R1 file (jsonl, json,
+      parquet, arrow) or dataset folder; ``"dataset:hotpotqa:<path>"``, ``"dataset:nq:<path>"``,
+      ``"dataset:search-r1:<path>"``; a list of Tasks or of dicts with the same fields; a TaskSet.
+    * ``index``: None for the generated world's index (cached under ``~/.cache/prm-gym``), an index
+      directory, a ``.jsonl`` corpus, a server URL (``http://...``), or a :class:`Retriever`.
+    * ``backend``: ``bm25`` (default), ``dense`` or ``pyserini`` for an index path (``dense``
+      and ``bm25`` also take a ``.jsonl`` corpus, indexed in memory).
+    * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
+      world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator
+      (``split`` also picks the split of a dataset folder holding several); ``question_kinds``:
+      ``all`` (default), ``single`` or ``multi`` (only multi-hop questions: two or three searches,
+      the answer reachable only through a bridge entity).
+    * ``retrieval_timeout_s``: the total deadline of one HTTP retrieval (default 2 s);
+      ``judge``, ``max_turns`` (default 4).
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        tasks: TaskSet | str | Path | Iterable[Task | dict[str, Any]] | None = None,
+        *,
+        index: str | Path | Retriever | None = None,
+        backend: str = "bm25",
+        topk: int = 3,
+        world_people: int = 300,
+        world_seed: int = 0,
+        split: str = "train",
+        num_tasks: int = 1000,
+        task_seed: int = 0,
+        question_kinds: str = "all",
+        retrieval_timeout_s: float = DEFAULT_RETRIEVAL_TIMEOUT_S,
+        judge: str | JudgeSpec = "rule/exact_match + 0.1*rule/format + 0.2*rule/retrieval",
+        max_turns: int = 4,
+        **kwargs: Any,
+    ):
+        check_query("x", topk)
+        world = None
+        if tasks is None:
+            world = generate_world(world_people, world_seed)
+        task_set = as_task_set(
+            tasks,
+            file_loader("prm/Search-v0", split, load_qa_file),
+            lambda: generate_search_tasks(world, num_tasks, task_seed, split, question_kinds),  # type: ignore[arg-type]
+            qa_record,
+        )
+        self.topk = topk
+        self._owns_retriever = not isinstance(index, Retriever)
+        if index is None:
+            self.retriever: Retriever = world_index(world_people, world_seed)
+        elif isinstance(index, str | Path):
+            loc = str(index)
+            kind = "http" if loc.startswith(("http://", "https://")) else backend
+            extra = {"timeout_s": retrieval_timeout_s} if kind == "http" else {}
+            self.retriever = open_retriever(kind, loc, **extra)
+        else:
+            self.retriever = index
+        self._seen: set[str] = set()
+        self._turn_stats = (0, 0)
+        self._recall = -1.0  # gold recall so far this episode: updated by search(), read by step()
+        super().__init__(
+            task_set,
+            tools=[Tool.from_function(self.search, "search")],
+            judge=judge,
+            max_turns=max_turns,
+            instructions=(
+                "Use the search tool to find passages about the question; search again with new "
+                "keywords for each hop. When you know the answer, reply with it alone inside "
+                "<answer></answer>, e.g. <answer>Paris</answer>."
+            ),
+            **kwargs,
+        )
+
+    def search(self, query: str) -> str:
+        """Search the passage corpus and return the top passages.
+
+        Args:
+            query: a few keywords, e.g. a name and the fact you need.
+        """
+        passages = self.retriever.search(query, self.topk)
+        calls, count = self._turn_stats
+        self._turn_stats = (calls + 1, count + len(passages))
+        self._seen.update(p.id for p in passages)
+        self._recall = self._gold_recall()
+        return format_passages(passages)
+
+    def replay_tool_result(self, call: ToolCall, result: ToolResult) -> None:
+        """Fork replay: count the recorded search's passages as seen, without searching again."""
+        if not result.ok:
+            return
+        ids = _DOC_ID.findall(result.output)
+        calls, count = self._turn_stats
+        self._turn_stats = (calls + 1, count + len(ids))
+        self._seen.update(ids)
+        self._recall = self._gold_recall()
+
+    def start_episode(self, task: Task) -> None:
+        self._seen = set()
+        self._turn_stats = (0, 0)
+        self._recall = self._gold_recall()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._turn_stats = (0, 0)
+        obs, reward, terminated, truncated, info = super().step(action)
+        queries, passages = self._turn_stats
+        info["retrieval"] = {"queries": queries, "passages": passages, "gold_recall": self._recall}
+        return obs, reward, terminated, truncated, info
+
+    def _gold_recall(self) -> float:
+        """The share of the task's gold passages retrieved so far this episode (-1.0: no gold ids)."""
+        gold = self._task.meta.get("gold_ids") if self._task is not None else None
+        return float(len(self._seen.intersection(gold)) / len(gold)) if gold else -1.0
+
+    def close(self) -> None:
+        if not self._closed and self._owns_retriever:
+            self.retriever.close()
+        super().close()

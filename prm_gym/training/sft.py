@@ -1,0 +1,111 @@
+"""Supervised warm starts: scripted episodes recorded through a real env, and cross-entropy on them.
+
+A demonstration is ``(token_ids, loss_mask)``: the chat template's rendering of one episode the
+env itself played, the mask covering the assistant's tokens (each turn and its end-of-turn token)
+and nothing the env wrote. :func:`record` plays one; :func:`sft` trains on many.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.progress import bar
+from prm_gym.training.update import micro_logprobs
+
+Demonstration = tuple[list[int], list[int]]
+"""``(token_ids, loss_mask)`` of one recorded episode."""
+
+_TOOL_RESPONSE = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.S)
+
+
+def tool_result(observation: str) -> str:
+    """The text of the first tool response in an observation ("" when there is none)."""
+    found = _TOOL_RESPONSE.search(observation)
+    return found.group(1) if found else ""
+
+
+def record(
+    env: Any, chat: ChatTemplate, task_id: str, seed: int, next_action: Callable[[str], str | None]
+) -> tuple[Demonstration, float]:
+    """Play one scripted episode of ``task_id`` through ``env``; return it and its total reward.
+
+    ``next_action(observation)`` gets the env's latest observation (the task prompt, then each
+    turn's tool responses) and returns the assistant's next turn, or None to stop. Each turn is
+    stepped as the text the tokens decode to, so the env scores exactly what was recorded.
+    """
+    obs, info = env.reset(seed=seed, options={"task_id": task_id})
+    tokens = chat.prompt_ids(obs, info["tools"])
+    mask = [0] * len(tokens)
+    total = 0.0
+    while (text := next_action(obs)) is not None:
+        sampled = [*chat.encode(text), chat.eos_token_id]
+        tokens += sampled
+        mask += [1] * len(sampled)
+        obs, reward, term, trunc, _ = env.step(chat.tokenizer.decode(sampled, skip_special_tokens=True))
+        total += float(reward)
+        if term or trunc:
+            break
+        nxt = chat.observation_ids(obs, sampled)
+        tokens += nxt
+        mask += [0] * len(nxt)
+    return (tokens, mask), total
+
+
+def scripted(actions: list[str]) -> Callable[[str], str | None]:
+    """A ``next_action`` that plays ``actions`` in order, ``{result}`` standing for the last tool result."""
+    queue = iter(actions)
+
+    def step(obs: str) -> str | None:
+        action = next(queue, None)
+        return None if action is None else action.replace("{result}", tool_result(obs))
+
+    return step
+
+
+def sft(
+    model: Any,
+    demos: list[Demonstration],
+    steps: int,
+    lr: float,
+    batch: int,
+    seed: int,
+    bf16: bool,
+    every: int = 0,
+    checkpoint: Callable[[int], None] | None = None,
+) -> float:
+    """Cross-entropy on the demonstrations' assistant tokens (under bfloat16 autocast with ``bf16``);
+    returns the last loss. With ``every``, ``checkpoint(step)`` is called after every ``every`` steps
+    (the model in eval mode), e.g. to score it on validation tasks and keep the best."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    loss = torch.tensor(0.0)
+    progress = bar(steps, "SFT", "step", delay=0.0)
+    for step in range(steps):
+        rows = [demos[int(i)] for i in torch.randint(len(demos), (batch,), generator=gen)]
+        width = max(len(t) for t, _ in rows)
+        ids = torch.zeros(batch, width, dtype=torch.long)
+        mask = torch.zeros(batch, width)
+        attn = torch.zeros(batch, width, dtype=torch.long)
+        for b, (t, m) in enumerate(rows):
+            ids[b, : len(t)], mask[b, : len(m)], attn[b, : len(t)] = torch.tensor(t), torch.tensor(m), 1
+        lp = micro_logprobs(model, ids, attn, 0.0, bf16, mask)
+        loss = -(lp * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        progress.update(1)
+        progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+        if checkpoint is not None and every and (step + 1) % every == 0:
+            model.eval()
+            checkpoint(step + 1)
+            model.train()
+    progress.close()
+    model.eval()
+    return float(loss.detach())

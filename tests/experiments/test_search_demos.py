@@ -1,0 +1,30 @@
+"""The search demonstrator: one search per gold hop, then the gold answer, played through prm/Search-v0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.search_demos import demo_actions, search_call, search_demonstrations
+from prm_gym.agents.chat import ChatTemplate
+
+
+def test_demo_actions_search_each_hop_by_name_then_answer() -> None:
+    meta = {"gold_ids": ["person-1", "city-2"]}
+    titles = {"person-1": "Kawyn Ixendo", "city-2": "Orolgal"}
+    assert demo_actions(meta, "Varn", titles) == [
+        search_call("Kawyn Ixendo"),
+        search_call("Orolgal"),
+        "<answer>Varn</answer>",
+    ]
+
+
+def test_demonstrations_score_one_with_exact_match_and_mask_only_the_assistant(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer, tools_block="compact")
+    kw = {"judge": "rule/exact_match", "world_people": 60, "num_tasks": 12}
+    demos, reward = search_demonstrations(chat, 6, kw)
+    assert len(demos) == 6 and reward == 1.0  # every demonstration answers right through the real env
+    for tokens, mask in demos:
+        assert len(tokens) == len(mask)
+        text = tiny_tokenizer.decode([t for t, m in zip(tokens, mask, strict=True) if m])
+        assert text.count('"name": "search"') >= 2 and "<answer>" in text  # multi-hop: two or more searches
+        assert "<tool_response>" not in text  # observations are never trained on
