@@ -38,7 +38,7 @@ def main() -> None:
     import torch
 
     from prm_gym.agents.chat import ChatTemplate
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
     from prm_gym.core.models import load_hf
     from prm_gym.training.config import EvalConfig, SamplingConfig, TrainConfig
     from prm_gym.training.evaluation import evaluate

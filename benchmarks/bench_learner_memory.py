@@ -44,7 +44,7 @@ def measure(policy: str, path: str, rows: int, turns: int, steps: int) -> dict[s
 
     import prm_gym  # noqa: F401  (registers the prm/ ids)
     from prm_gym.agents.chat import ChatTemplate
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
     from prm_gym.core.models import load_hf
     from prm_gym.training import update
     from prm_gym.training.batch import Batch

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, TurnRecord
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import tiny_model, tiny_tokenizer
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.batch import Grouping, build_batch

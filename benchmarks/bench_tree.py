@@ -25,8 +25,8 @@ import numpy as np
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import rollout
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.tree import sample_trees

@@ -36,9 +36,9 @@ import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.play import print_episode
 from prm_gym.agents.rollout import run_episode
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf, tiny_model, tiny_tokenizer
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env

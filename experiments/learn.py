@@ -42,8 +42,8 @@ import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, rollout
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env

@@ -25,7 +25,7 @@ def tiny_tokenizer() -> Any:
 
 @pytest.fixture(scope="session")
 def tiny_policy() -> Any:
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
 
     return HFPolicy.from_id("hf:tiny", seed=0)
 

@@ -140,8 +140,11 @@ class OpenAIPolicy:
         self.tokenizer = tiny_tokenizer()
 
     @classmethod
-    def from_id(cls, policy_id: str, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> OpenAIPolicy:
-        """The policy for ``openai:<model>[@<base_url>]``, the key from ``$OPENAI_API_KEY``."""
+    def from_id(
+        cls, policy_id: str, environ: Mapping[str, str] = os.environ, seed: int = 0, **kwargs: Any
+    ) -> OpenAIPolicy:
+        """The policy for ``openai:<model>[@<base_url>]``, the key from ``$OPENAI_API_KEY`` (``seed`` is
+        unused: the server samples with its own randomness)."""
         model, url = parse_policy_id(policy_id, environ)
         return cls(model, url, api_key=environ.get(KEY_ENV) or None, **kwargs)
 

@@ -56,6 +56,17 @@ class VLLMPolicy:
         seed: base of per-request seeds (``None``: the server's own randomness).
     """
 
+    @classmethod
+    def from_id(
+        cls, policy_id: str, seed: int = 0, tokenizer: str = "hf:tiny", served_model: str = "policy"
+    ) -> VLLMPolicy:
+        """The client of ``vllm:<url>[,<url>...]``; ``tokenizer`` is the ``hf:`` id of the served weights."""
+        from prm_gym.core.models import load_hf
+        from prm_gym.core.policy_spec import PolicySpec
+
+        _, tok = load_hf(tokenizer, seed)
+        return cls(PolicySpec.parse(policy_id).urls, tok, model=served_model, seed=seed)
+
     def __init__(
         self,
         base_urls: str | Sequence[str],

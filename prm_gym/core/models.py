@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.core.progress import bar
 
 CHATML_TEMPLATE = (
@@ -141,9 +142,10 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
     * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too), a peft
       adapter folder, or a ``train-agent`` run directory (see :func:`model_dir`).
     """
-    if not policy_id.startswith("hf:"):
+    spec = PolicySpec.parse(policy_id)
+    if spec.kind != "hf":
         raise ConfigError(f"policy id {policy_id!r} must start with 'hf:' (hf:tiny, hf:smollm2-135m, hf:<dir>).")
-    name = policy_id[3:]
+    name = spec.target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if name == "tiny":

@@ -2,7 +2,7 @@
 
 * :class:`Policy` is the protocol the rollout loop and the trainer use.
 * :class:`FakePolicy` replays scripted responses (tests, demos of the env contract).
-* :class:`prm_gym.core.hf.HFPolicy` samples from a transformers model on the CPU or a GPU.
+* :class:`prm_gym.agents.hf.HFPolicy` samples from a transformers model on the CPU or a GPU.
 * :class:`ChatPolicy` is the protocol of policies that speak chat messages instead of token ids
   (:class:`prm_gym.agents.openai_policy.OpenAIPolicy`, any OpenAI-compatible server): they can
   play and be evaluated, but not trained, which needs the sampled ids and their log-probs.

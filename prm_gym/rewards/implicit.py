@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prm_gym.core.errors import ConfigError, JudgeError
-from prm_gym.rewards.lm import load_policy, messages_before, prompt_ids, target_logprobs
+from prm_gym.rewards.lm import messages_before, prompt_ids, scoring_model, target_logprobs
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.types import Turn, Verdict
 
@@ -80,7 +80,10 @@ class ImplicitPRM:
 
     def _load(self) -> tuple[Any, Any]:
         if self._models is None:
-            self._models = (load_policy(self._policy_spec, self._seeds[0]), load_policy(self._ref_spec, self._seeds[1]))
+            self._models = (
+                scoring_model(self._policy_spec, self._seeds[0]),
+                scoring_model(self._ref_spec, self._seeds[1]),
+            )
         return self._models
 
     def score(self, turns: Sequence[Turn]) -> list[Verdict]:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prm_gym.core.errors import ConfigError, JudgeError
-from prm_gym.rewards.lm import batched_target_logprobs, load_policy, messages_after, messages_before, prompt_ids
+from prm_gym.rewards.lm import batched_target_logprobs, messages_after, messages_before, prompt_ids, scoring_model
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.rule import gold_answers, math_equal, normalize_answer, token_f1
 from prm_gym.rewards.types import Turn, Verdict
@@ -100,7 +100,7 @@ class InfoGainJudge:
     @property
     def policy(self) -> Any:
         if self._policy is None:
-            self._policy = load_policy(self._spec, self._seed)
+            self._policy = scoring_model(self._spec, self._seed)
         return self._policy
 
     def probabilities(self, contexts: Sequence[list[dict[str, str]]], golds: Sequence[str]) -> list[float]:

@@ -1,24 +1,35 @@
 """Language-model helpers shared by the model-based scorers: chat context of a turn, log-probs.
 
 Used by :mod:`prm_gym.rewards.implicit` (PRIME's implicit PRM) and :mod:`prm_gym.rewards.progress` (information
-gain, Monte-Carlo progress). Models are transformers causal LMs; policies are given as an
-:class:`prm_gym.core.hf.HFPolicy` or a policy id (``"hf:tiny"``, ``"hf:<dir>"``) loaded on first use.
+gain, Monte-Carlo progress). Models are transformers causal LMs, given as any object with ``model``
+and ``tokenizer`` (an :class:`prm_gym.agents.hf.HFPolicy` is one) or a model id (``"hf:tiny"``,
+``"hf:<dir>"``) loaded on first use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
-from prm_gym.core.hf import HFPolicy
+from prm_gym.core.models import load_hf
 from prm_gym.rewards.types import Turn
 
 
-def load_policy(policy: Any, seed: int = 0) -> Any:
-    """An HFPolicy from an id, or ``policy`` itself when it is already a policy object."""
+@dataclass(frozen=True)
+class ScoringModel:
+    """A causal LM and its tokenizer, loaded by id for scoring (no sampling)."""
+
+    model: Any
+    tokenizer: Any
+
+
+def scoring_model(policy: Any, seed: int = 0) -> Any:
+    """The model ``policy`` names (a :class:`ScoringModel`), or ``policy`` itself when it is already an
+    object with ``model`` and ``tokenizer`` (an HFPolicy, say)."""
     if isinstance(policy, str):
-        return HFPolicy.from_id(policy, seed=seed)
+        return ScoringModel(*load_hf(policy, seed))
     if policy is None:
         raise ConfigError("a policy is required: give policy='hf:tiny', 'hf:<dir>' or an HFPolicy.")
     return policy

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prm_gym.core.errors import ConfigError, JudgeError
-from prm_gym.rewards.lm import load_policy, messages_before, prompt_ids
+from prm_gym.rewards.lm import messages_before, prompt_ids, scoring_model
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.types import Turn, Verdict
 
@@ -106,7 +106,7 @@ class OnlineImplicitPRM:
 
         if not (math.isfinite(beta) and beta > 0 and math.isfinite(lr) and lr > 0 and grad_clip >= 0):
             raise ConfigError("prm/prime: beta and lr must be finite and > 0, grad_clip >= 0.")
-        initial = load_policy(policy, seed)
+        initial = scoring_model(policy, seed)
         self.tokenizer = initial.tokenizer
         self.ref = copy.deepcopy(initial.model).eval().requires_grad_(False)
         self.prm = copy.deepcopy(initial.model).train().requires_grad_(True)

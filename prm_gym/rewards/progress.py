@@ -30,8 +30,9 @@ from typing import Any
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.rewards.info_gain import InfoGainJudge
-from prm_gym.rewards.lm import load_policy, messages_after, messages_before, prompt_ids
+from prm_gym.rewards.lm import messages_after, messages_before, prompt_ids
 from prm_gym.rewards.protocol import Scope
 from prm_gym.rewards.rule import gold_answers, math_equal, normalize_answer
 from prm_gym.rewards.types import Turn, Verdict
@@ -112,7 +113,10 @@ class MonteCarloProgressJudge:
     @property
     def policy(self) -> Any:
         if self._policy is None:
-            self._policy = load_policy(self._spec, self._seed)
+            spec = self._spec
+            if spec is None:
+                raise ConfigError("progress/mc: a policy is required: give policy='hf:tiny', 'hf:<dir>' or a Policy.")
+            self._policy = PolicySpec.parse(spec).load(self._seed) if isinstance(spec, str) else spec
         return self._policy
 
     # ------------------------------------------------------------------ state values

@@ -70,8 +70,8 @@ def merge_repeated(argv: list[str], flag: str) -> list[str]:
 def run_eval(cfg: TrainConfig) -> dict[str, float]:
     """Evaluate the latest checkpoint in ``cfg.output_dir`` (or the initial policy) and save eval.json."""
     from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
+    from prm_gym.agents.hf import HFPolicy
     from prm_gym.agents.policy_ids import load_policy
-    from prm_gym.core.hf import HFPolicy
     from prm_gym.training.checkpoint import CHECKPOINT, load_checkpoint
     from prm_gym.training.evaluation import evaluate
     from prm_gym.training.lora import apply_checkpoint

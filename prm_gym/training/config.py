@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from prm_gym.core.errors import ConfigError
+from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.config_sections import (
     AsyncConfig,
@@ -154,7 +156,9 @@ class TrainConfig:
         object.__setattr__(self, "eval", sized_eval(self.eval, self.steps, self.mode))  # 0: sized to the run
         self._check_envs()
         check(
-            self.lora.publish == "merged" or self.policy.startswith("vllm:") or bool(self.vllm_weights),
+            self.lora.publish == "merged"
+            or getattr(_spec_or_none(self.policy), "kind", None) == "vllm"
+            or bool(self.vllm_weights),
             "lora.publish",
             self.lora.publish,
             "adapter publishing is for --policy vllm:<url> servers; other policies get merged weights",
@@ -182,13 +186,13 @@ class TrainConfig:
             "give the env server's base URL, e.g. http://localhost:8000 (start one with prm-serve)",
         )
         check(
-            self.policy.startswith(("hf:", "vllm:", "vllm-engine:", "openai:")),
+            _spec_or_none(self.policy) is not None,
             "policy",
             self.policy,
             "use hf:tiny, hf:<dir>, vllm:<url>, vllm-engine:<dir> or (with --mode eval) openai:<model>@<base_url>",
         )
         check(
-            self.mode == "eval" or not self.policy.startswith("openai:"),
+            self.mode == "eval" or self.policy_spec.trainable,
             "policy",
             self.policy,
             "an openai: chat-server policy can be evaluated (--mode eval) but not trained: training needs the "
@@ -196,7 +200,7 @@ class TrainConfig:
             "or vllm:<url> with --vllm-weights",
         )
         check(
-            not self.policy.startswith("vllm:") or self.vllm_weights.startswith("hf:"),
+            self.policy_spec.kind != "vllm" or getattr(_spec_or_none(self.vllm_weights), "kind", None) == "hf",
             "vllm_weights",
             self.vllm_weights,
             "with --policy vllm:<url> give the served weights as --vllm-weights hf:<dir>",
@@ -248,6 +252,11 @@ class TrainConfig:
         )
 
     @property
+    def policy_spec(self) -> PolicySpec:
+        """``--policy`` parsed (checked valid when the config was made)."""
+        return PolicySpec.parse(self.policy)
+
+    @property
     def sample_dtype(self) -> str | None:
         """The torch dtype an hf: sampler's copy of the weights takes (None: the weights themselves)."""
         return "bfloat16" if self.precision == "bf16" else None
@@ -291,3 +300,10 @@ class TrainConfig:
     def eval_env_kwargs(self) -> dict[str, Any]:
         """Evaluation keyword arguments of the first env (the only one outside a mixture)."""
         return self.eval_env_kwargs_for(self.env_ids[0])
+
+
+def _spec_or_none(policy_id: str) -> PolicySpec | None:
+    try:
+        return PolicySpec.parse(policy_id)
+    except ConfigError:
+        return None

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from prm_gym.agents.chat import ChatTemplate
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, rollout
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
 from prm_gym.core.progress import bar
 from prm_gym.core.seams import trainer_env

@@ -28,6 +28,7 @@ import torch
 
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.models import ADAPTER_DIR, BASE_DIR, MODEL_DIR, model_dir
+from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.training.lora import is_lora, save_adapter
 
 
@@ -59,7 +60,8 @@ def _save_full(model: Any, tokenizer: Any, out: Path) -> None:
 def _base_folder(model: Any, tokenizer: Any, run: Path, policy_id: str, init_checkpoint: str) -> Path:
     """The transformers folder of a LoRA run's frozen base: the ``hf:<dir>`` policy's own folder,
     else ``<run>/base/`` (written the first time)."""
-    name = policy_id[3:] if policy_id.startswith("hf:") else ""
+    spec = PolicySpec.parse(policy_id)
+    name = spec.target if spec.kind == "hf" else ""
     if name not in ("", "tiny", "smollm2-135m") and not init_checkpoint:
         try:
             own = model_dir(name)  # a model folder, or a run directory's model/

@@ -15,8 +15,8 @@ import torch
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.errors import ConfigError
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.seams import RewardKind, trainer_env
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.rewards.combine import CombineConfig

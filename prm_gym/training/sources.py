@@ -22,9 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.errors import ConfigError, InfraError
-from prm_gym.core.hf import HFPolicy
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.training.config import TrainConfig, TreeConfig
 from prm_gym.training.lora import is_lora, merged_state_dict, plain_copy, save_adapter
 from prm_gym.training.worker import CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
@@ -141,17 +142,18 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
         system_prompt=cfg.system_prompt,
         sample_dtype=cfg.sample_dtype,
         tool_format=cfg.tool_format,
-        served_model=cfg.vllm_weights[3:] if cfg.policy.startswith("vllm:") else "policy",
+        served_model=PolicySpec.parse(cfg.vllm_weights).target if cfg.policy_spec.kind == "vllm" else "policy",
     )
 
 
 def learner_policy(cfg: TrainConfig) -> str:
     """The ``hf:`` id the learner trains: the served weights for ``vllm:``/``vllm-engine:`` policies."""
-    if cfg.policy.startswith("vllm-engine:"):
+    spec = cfg.policy_spec
+    if spec.kind == "vllm-engine":
         if cfg.backend == "ray":
             raise ConfigError("--policy vllm-engine: runs vLLM in this process; use --backend local (or vllm:<url>).")
-        return "hf:" + cfg.policy[len("vllm-engine:") :]
-    return cfg.vllm_weights if cfg.policy.startswith("vllm:") else cfg.policy
+        return f"hf:{spec.target}"
+    return cfg.vllm_weights if spec.kind == "vllm" else cfg.policy
 
 
 def make_source(cfg: TrainConfig, learner: HFPolicy) -> RolloutSource:
@@ -162,9 +164,9 @@ def make_source(cfg: TrainConfig, learner: HFPolicy) -> RolloutSource:
 
         return RayRollouts(spec, cfg.num_workers, address=cfg.ray_address)
     n = cfg.num_workers
-    if cfg.policy.startswith("vllm-engine:"):  # one engine per process
+    if cfg.policy_spec.kind == "vllm-engine":  # one engine per process
         return LocalRollouts(spec)
-    if not cfg.policy.startswith("hf:"):
+    if cfg.policy_spec.kind != "hf":
         return LocalRollouts(spec, [None] * n)
     tok, dtype = learner.tokenizer, cfg.sample_dtype
     if cfg.asynchronous.enabled:  # workers sample while the learner trains: each holds its own (plain) copy
@@ -189,11 +191,11 @@ class WeightPublisher:
         self.lora = is_lora(learner.model)
         self._plain: Any = None  # a LoRA run's merged copy, saved for vLLM servers to reload
         self.server: Any = None
-        if cfg.policy.startswith("vllm:"):
+        if cfg.policy_spec.kind == "vllm":
             from prm_gym.agents.vllm import VLLMPolicy
 
             spec = worker_spec(cfg)
-            self.server = VLLMPolicy(cfg.policy[5:].split(","), learner.tokenizer, model=spec.served_model)
+            self.server = VLLMPolicy(cfg.policy_spec.urls, learner.tokenizer, model=spec.served_model)
 
     def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
         """Publish the learner's weights; ``initial``: before the first step, when vLLM servers
@@ -211,12 +213,12 @@ class WeightPublisher:
                 if old != path:
                     shutil.rmtree(old, ignore_errors=True)
         elif self.server is not None:
-            self._served_model().save_pretrained(self.cfg.vllm_weights[3:])
+            self._served_model().save_pretrained(PolicySpec.parse(self.cfg.vllm_weights).target)
             self.server.reload_weights(version=version)
             self.source.publish(None, version)
         elif self.shared:
             self.source.publish(None, version)
-        elif self.cfg.policy.startswith("vllm-engine:"):
+        elif self.cfg.policy_spec.kind == "vllm-engine":
             state = merged_state_dict(model) if self.lora else model.state_dict()
             self.source.publish(state, version)  # the engine copies them, on their device
         else:

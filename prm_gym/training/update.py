@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from prm_gym.core.hf import forward_takes
+from prm_gym.agents.hf import forward_takes
 from prm_gym.training.batch import Batch
 from prm_gym.training.config import LossConfig
 from prm_gym.training.ddp import rank_chunks, reduce_stats

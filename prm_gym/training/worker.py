@@ -21,9 +21,8 @@ import numpy as np
 import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.rollout import Trajectory, rollout
-from prm_gym.core.hf import HFPolicy
-from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
+from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.group_judges import defer_group_judges, score_deferred
@@ -91,16 +90,12 @@ class WorkerSpec:
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
     """The policy a worker samples from."""
-    if spec.policy.startswith("vllm-engine:"):
-        from prm_gym.agents.vllm_engine import VLLMEnginePolicy  # vLLM is optional and heavy
-
-        return VLLMEnginePolicy.from_id(spec.policy, seed=seed)
-    if spec.policy.startswith("vllm:"):
-        from prm_gym.agents.vllm import VLLMPolicy
-
-        _, tok = load_hf(spec.tokenizer, seed)
-        return VLLMPolicy(spec.policy[5:].split(","), tok, model=spec.served_model, seed=seed)
-    return HFPolicy.from_id(spec.policy, seed=seed, sample_dtype=spec.sample_dtype)
+    policy = PolicySpec.parse(spec.policy)
+    if policy.kind == "vllm":
+        return policy.load(seed, tokenizer=spec.tokenizer, served_model=spec.served_model)
+    if policy.kind == "hf":
+        return policy.load(seed, sample_dtype=spec.sample_dtype)
+    return policy.load(seed)
 
 
 def group_seed(seeds: Sequence[int], base: int) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from prm_gym.core.hf import HFPolicy
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.models import tiny_model
 from prm_gym.core.policy import SamplingParams
 

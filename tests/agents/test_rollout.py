@@ -81,7 +81,7 @@ def test_behaviour_logprobs_match_a_forward_pass(tiny_policy: Any) -> None:
 
 
 def test_stop_strings_end_a_turn(tiny_tokenizer: Any) -> None:
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
 
     class Parrot(torch.nn.Module):
         """Always emits the bytes of a fixed string: a deterministic model for stop tests."""
@@ -116,7 +116,7 @@ def test_policy_ids_are_validated() -> None:
 
 @pytest.mark.slow
 def test_smollm2_episode() -> None:
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
 
     policy = HFPolicy.from_id("hf:smollm2-135m")
     traj = run_episode(

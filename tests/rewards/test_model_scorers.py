@@ -59,7 +59,7 @@ def test_implicit_turn_rewards_pure() -> None:
 
 
 def test_implicit_prm_matches_log_ratio(tiny_policy: Any) -> None:
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
 
     ref = HFPolicy.from_id("hf:tiny", seed=1)
     judge = ImplicitPRM(policy=tiny_policy, ref=ref, beta=0.1)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from test_trainer import small  # the suite's small Math run (tests/training is on sys.path)
 
-from prm_gym.core.hf import HFPolicy
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.models import tiny_model, tiny_tokenizer
 from prm_gym.training.batch import Batch
 from prm_gym.training.config import LossConfig, TrainConfig

@@ -19,7 +19,7 @@ import pytest
 import torch
 from test_trainer import small as trainer_small  # the suite's small Math run (tests/training is on sys.path)
 
-from prm_gym.core.hf import HFPolicy
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.checkpoint import load_checkpoint
 from prm_gym.training.config import LossConfig, TrainConfig

@@ -24,7 +24,7 @@ SAMPLING = SamplingParams(max_new_tokens=8, temperature=1.0)
 def judge_policy() -> Any:
     """The model whose belief IGPO measures: its own tiny model (not the sampling policy), shared
     by every env's judge so that one forward hook counts all of them."""
-    from prm_gym.core.hf import HFPolicy
+    from prm_gym.agents.hf import HFPolicy
 
     return HFPolicy.from_id("hf:tiny", seed=1)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, TurnRecord
-from prm_gym.core.hf import HFPolicy
 from prm_gym.rewards.prime import PRMSample, prime_advantages
 from prm_gym.training.batch import Grouping, build_batch
 from prm_gym.training.config import LossConfig

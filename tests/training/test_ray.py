@@ -13,8 +13,8 @@ ray = pytest.importorskip("ray")
 
 import prm_gym  # noqa: E402,F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate  # noqa: E402
+from prm_gym.agents.hf import HFPolicy  # noqa: E402
 from prm_gym.agents.rollout import rollout  # noqa: E402
-from prm_gym.core.hf import HFPolicy  # noqa: E402
 from prm_gym.core.policy import SamplingParams  # noqa: E402
 from prm_gym.training.cli import main  # noqa: E402
 from prm_gym.training.distributed import RayRollouts  # noqa: E402
