@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,serve,lora,dev
 # System packages set-up installs where apt exists (as root, or through passwordless sudo): bubblewrap
-# (the default sandbox), PostgreSQL's server programs (prm/SQL-v0 --sql.backend postgres starts a
+# (the default sandbox), PostgreSQL's server programs (prm/SQL-v0 with backend postgres starts a
 # throwaway server with them) and docker.io (the Docker sandbox and its tests). A missing one only
 # skips what needs it; nothing fails where apt is absent.
 APT_PACKAGES := bubblewrap postgresql docker.io

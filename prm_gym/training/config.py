@@ -23,7 +23,6 @@ from prm_gym.training.config_sections import (
     LossConfig,
     RecipeConfig,
     SamplingConfig,
-    SQLConfig,
     TreeConfig,
     check,
     parse_json_kwargs,
@@ -38,7 +37,6 @@ __all__ = [
     "LoraConfig",
     "LossConfig",
     "RecipeConfig",
-    "SQLConfig",
     "SamplingConfig",
     "TrainConfig",
     "TreeConfig",
@@ -149,7 +147,6 @@ class TrainConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     asynchronous: AsyncConfig = field(default_factory=AsyncConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    sql: SQLConfig = field(default_factory=SQLConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
@@ -163,15 +160,7 @@ class TrainConfig:
             self.lora.publish,
             "adapter publishing is for --policy vllm:<url> servers; other policies get merged weights",
         )
-        env_kw = parse_json_kwargs("env_kwargs", self.env_kwargs)
-        check(
-            not self.sql.env_kwargs() or any(e.startswith("prm/SQL-") for e in self.env_ids),
-            "sql.backend",
-            self.sql.backend,
-            f"--sql.* settings apply to prm/SQL-v0, not {', '.join(self.env_ids)}",
-        )
-        both = sorted(set(self.sql.env_kwargs()) & set(env_kw))
-        check(not both, "env_kwargs", self.env_kwargs, f"{both} also set by --sql.*; give them in one place")
+        parse_json_kwargs("env_kwargs", self.env_kwargs)  # malformed JSON fails here, naming the flag
         check(
             not (self.tasks or self.eval.tasks) or len(self.env_ids) == 1,
             "tasks",
@@ -272,11 +261,9 @@ class TrainConfig:
         return tuple(s.env_id for s in self.env_shares)
 
     def env_kwargs_for(self, env_id: str) -> dict[str, Any]:
-        """Keyword arguments of ``env_id`` for training (``--env-kwargs``, ``--sql.*``, then
-        ``--judge`` and ``--tasks``)."""
+        """Keyword arguments of ``env_id`` for training (``--env-kwargs``, then ``--judge`` and
+        ``--tasks``)."""
         kw = kwargs_per_env(parse_json_kwargs("env_kwargs", self.env_kwargs), self.env_ids, "env_kwargs")[env_id]
-        if env_id.startswith("prm/SQL-"):
-            kw.update(self.sql.env_kwargs())
         if self.judge:
             kw["judge"] = self.judge
         if self.tasks:

@@ -264,40 +264,6 @@ def sized_eval(cfg: EvalConfig, steps: int, mode: str = "train") -> EvalConfig:
 
 
 @dataclass(frozen=True)
-class SQLConfig:
-    """prm/SQL-v0's database engine, passed to the env as its backend, pg_dsn and pg_bin_dir arguments."""
-
-    backend: Literal["sqlite", "postgres"] = "sqlite"
-    """SQLite files, or PostgreSQL: a throwaway server the env starts itself (initdb and pg_ctl
-    from Debian's postgresql package) or the server of --sql.pg-dsn."""
-    pg_dsn: str = ""
-    """A running PostgreSQL server (a libpq connection string whose user may create databases and
-    roles) to load the task databases into, instead of a throwaway server."""
-    pg_bin_dir: str = ""
-    """The folder of initdb and pg_ctl for the throwaway server (empty: PATH, then the newest
-    /usr/lib/postgresql/*/bin)."""
-
-    def __post_init__(self) -> None:
-        check(
-            self.backend == "postgres" or not (self.pg_dsn or self.pg_bin_dir),
-            "sql.backend",
-            self.backend,
-            "--sql.pg-dsn and --sql.pg-bin-dir need --sql.backend postgres",
-        )
-
-    def env_kwargs(self) -> dict[str, Any]:
-        """The env keyword arguments these settings stand for (none at the defaults)."""
-        if self.backend == "sqlite":
-            return {}
-        kw: dict[str, Any] = {"backend": self.backend}
-        if self.pg_dsn:
-            kw["pg_dsn"] = self.pg_dsn
-        if self.pg_bin_dir:
-            kw["pg_bin_dir"] = self.pg_bin_dir
-        return kw
-
-
-@dataclass(frozen=True)
 class LoraConfig:
     """LoRA (Hu et al. 2021, through peft): train low-rank adapters instead of the whole model."""
 

@@ -191,26 +191,22 @@ def test_backend_arguments_are_checked_when_the_env_is_made() -> None:
 
 
 @needs_server
-def test_train_agent_sql_flags_reach_the_env(host, tasks) -> None:
+def test_train_agent_env_kwargs_choose_the_sql_backend(host, tasks) -> None:
+    """The database engine is prm/SQL-v0's own setting: it travels in --env-kwargs, not a trainer flag."""
     from prm_gym.training.cli import parse
     from prm_gym.training.run import env_factory
 
-    cfg = parse(["--env", "prm/SQL-v0", "--sql.backend", "postgres", "--env-kwargs", '{"num_tasks": 6}'])
-    assert cfg.env_kwargs_dict == {"num_tasks": 6, "backend": "postgres"}
+    cfg = parse(["--env", "prm/SQL-v0", "--env-kwargs", '{"num_tasks": 6, "backend": "postgres"}'])
     env = env_factory(cfg.env, cfg.eval_env_kwargs)()
     obs, _ = env.reset(seed=0)
     assert obs.startswith("PostgreSQL database") and env.unwrapped._pg is host
     env.close()
 
 
-def test_sql_flags_are_checked_by_the_config() -> None:
-    from prm_gym.training.config import SQLConfig, TrainConfig
+def test_the_trainer_has_no_sql_flags_and_the_env_checks_its_own() -> None:
+    from prm_gym.training.cli import parse
 
-    pg = SQLConfig(backend="postgres")
-    with pytest.raises(ConfigError, match=r"sql\.backend.*apply to prm/SQL-v0"):
-        TrainConfig(env="prm/Math-v0", sql=pg)
-    with pytest.raises(ConfigError, match=r"need --sql.backend postgres"):
-        SQLConfig(pg_dsn="host=/x")
-    with pytest.raises(ConfigError, match=r"also set by --sql"):
-        TrainConfig(env="prm/SQL-v0", sql=pg, env_kwargs='{"backend": "sqlite"}')
-    assert TrainConfig(env="prm/SQL-v0").env_kwargs_dict == {}  # the defaults add nothing
+    with pytest.raises(SystemExit):
+        parse(["--env", "prm/SQL-v0", "--sql.backend", "postgres"])
+    with pytest.raises(ConfigError, match=r"need backend='postgres'"):
+        SQLEnv(num_tasks=2, pg_dsn="host=/x")
