@@ -62,6 +62,11 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_run(tmp_path_factory.mktemp("vllm-export-lora") / "run", "--lora.rank", "4", "--lr", "5e-3")
+
+
+@pytest.fixture(scope="module")
 def base_model() -> Any:
     from prm_gym.core.models import load_hf
 
@@ -142,12 +147,12 @@ def test_vllm_engine_takes_the_run_directory(full_run: Path, tok: Any, base_mode
     assert max_diff(lps, reference(base_model, prompt, ids)[0]) > 10 * TOL
 
 
-def test_vllm_serves_a_lora_run_adapter_on_its_base(tmp_path_factory: pytest.TempPathFactory, base_model: Any) -> None:
+def test_vllm_serves_a_lora_run_adapter_on_its_base(lora_run: Path, base_model: Any) -> None:
     from transformers import AutoTokenizer
 
     from prm_gym.core.models import load_hf
 
-    run = train_run(tmp_path_factory.mktemp("vllm-export-lora") / "run", "--lora.rank", "4", "--lr", "5e-3")
+    run = lora_run
     adapter, base = run / "adapter", run / "base"
     assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base.resolve())
     merged, _ = load_hf(f"hf:{run}")  # peft: the adapter merged into base/
