@@ -37,8 +37,9 @@ def _status_mib(key: str) -> float:
     return int(line.split()[1]) / 1024
 
 
-def measure(policy: str, path: str, rows: int, turns: int, steps: int) -> dict[str, Any]:
-    """``steps`` learner steps in this process with ``path``; memory and losses."""
+def measure(policy: str, path: str, rows: int, turns: int, steps: int, ckpt: bool = False) -> dict[str, Any]:
+    """``steps`` learner steps in this process with ``path`` (``ckpt``: with activation checkpointing,
+    the chunked path only); memory and losses."""
     import gymnasium as gym
     import torch
 
@@ -85,7 +86,8 @@ def measure(policy: str, path: str, rows: int, turns: int, steps: int) -> dict[s
     loaded = _status_mib("VmRSS")
     losses = []
     for _ in range(steps):
-        stats = update.learner_step(model, optimizer, batch, LossConfig(micro_batch_size=8), autocast=True)
+        loss_cfg = LossConfig(micro_batch_size=8, activation_checkpointing=ckpt and path == "chunked")
+        stats = update.learner_step(model, optimizer, batch, loss_cfg, autocast=True)
         losses.append(stats["loss"])
     return {
         "path": path,
@@ -105,13 +107,20 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="alternated rounds of both paths")
+    ap.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="our side also recomputes activations in the backward pass (train-agent --loss.activation-checkpointing)",
+    )
     ap.add_argument("--one", choices=["chunked", "old"], default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        print(json.dumps(measure(args.policy, args.one, args.rows, args.turns, args.steps)))
+        ckpt = args.activation_checkpointing
+        print(json.dumps(measure(args.policy, args.one, args.rows, args.turns, args.steps, ckpt)))
         return
     base = [sys.executable, __file__, "--policy", args.policy, "--rows", str(args.rows)]
     base += ["--turns", str(args.turns), "--steps", str(args.steps)]
+    base += ["--activation-checkpointing"] if args.activation_checkpointing else []
     results: dict[str, list[dict[str, Any]]] = {"chunked": [], "old": []}
     for _ in range(args.rounds):
         for path in ("old", "chunked"):
@@ -121,6 +130,7 @@ def main() -> None:
     print(
         f"{args.policy}: {args.steps} GRPO learner steps on {first['rows']} rows x {first['width']} ids "
         f"({first['trained_tokens']} trained), micro-batch 8, bf16 autocast, AdamW, sampler's bf16 copy resident; CPU"
+        + ("; ours with activation checkpointing" if args.activation_checkpointing else "")
     )
     print("| path | RSS loaded MiB | RSS peak MiB | losses |")
     print("|---|---|---|---|")
@@ -134,7 +144,8 @@ def main() -> None:
     old = [r["rss_peak_mib"] for r in results["old"]]
     emit(
         "learner_memory",
-        "peak RSS of a make-learn learner step (SmolLM2-135M)",
+        "peak RSS of a make-learn learner step (SmolLM2-135M)"
+        + (", ours with activation checkpointing" if args.activation_checkpointing else ""),
         median(ours),
         median(old),
         "the same step projecting all trained positions at once",
