@@ -37,7 +37,8 @@ from typing import Any
 
 from experiments import compare_search as cs
 from experiments import compare_stats as st
-from prm_gym.training.config import AsyncConfig, EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
+from experiments.compare_config import study_config
+from prm_gym.training.config import AsyncConfig, TrainConfig, TreeConfig
 from prm_gym.training.metrics import read_metrics
 
 OUTCOME_ONLY = "rule/math_equiv"
@@ -152,24 +153,8 @@ def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainC
     if args.task == "search":
         return cs.base_config(args, policy_dir, seed)
     tree = TreeConfig(num_trees=args.trees, expand_nodes=args.expand_nodes, expand_rounds=1)
-    return TrainConfig(
-        env="prm/Math-v0",
-        env_kwargs=json.dumps(env_kwargs([1])),
-        policy=f"hf:{policy_dir}",
-        tools_prompt="compact",
-        group_size=tree.leaves_per_task,
-        tasks_per_step=args.tasks_per_step,
-        steps=args.steps,
-        lr=args.lr,
-        seed=seed,
-        precision="bf16",
-        checkpoint_every=0,
-        tensorboard=False,
-        progress=False,
-        tree=tree,
-        sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=1024),
-        loss=LossConfig(micro_batch_size=args.micro_batch),
-        eval=EvalConfig(num_tasks=args.eval_tasks, samples=args.eval_samples, temperature=1.0, every=args.eval_every),
+    return study_config(
+        args, seed, tree, 1024, env="prm/Math-v0", env_kwargs=json.dumps(env_kwargs([1])), policy=f"hf:{policy_dir}"
     )
 
 

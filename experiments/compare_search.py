@@ -34,8 +34,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from experiments.compare_config import study_config
 from experiments.search_demos import ENV_ID, ENV_KWARGS, search_demonstrations
-from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
+from prm_gym.training.config import TrainConfig, TreeConfig
 
 OUTCOME = "rule/exact_match"
 COMPARISONS: dict[str, dict[str, str]] = {
@@ -85,26 +86,16 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
 def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainConfig:
     """What every search arm shares: the env, the warm start, one learning rate, one eval."""
     tree = TreeConfig(num_trees=args.trees, expand_nodes=args.expand_nodes, expand_rounds=args.expand_rounds)
-    return TrainConfig(
+    return study_config(
+        args,
+        seed,
+        tree,
+        2048,
         env=ENV_ID,
         env_kwargs=json.dumps(ENV_KWARGS),
         judge=OUTCOME,
         policy=f"{args.sampler}:{policy_dir}",
-        tools_prompt="compact",
         tool_format="hermes",
-        group_size=tree.leaves_per_task,
-        tasks_per_step=args.tasks_per_step,
-        steps=args.steps,
-        lr=args.lr,
-        seed=seed,
-        precision="bf16",
-        checkpoint_every=0,
-        tensorboard=False,
-        progress=False,
-        tree=tree,
-        sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=2048),
-        loss=LossConfig(micro_batch_size=args.micro_batch),
-        eval=EvalConfig(num_tasks=args.eval_tasks, samples=args.eval_samples, temperature=1.0, every=args.eval_every),
     )
 
 
