@@ -142,8 +142,11 @@ def load_hf(policy_id: str, seed: int = 0) -> tuple[Any, Any]:
     * ``hf:<directory>``: any local transformers checkpoint (``*.gguf`` files are found too), a peft
       adapter folder, or a ``train-agent`` run directory (see :func:`model_dir`).
     """
-    spec = PolicySpec.parse(policy_id)
-    if spec.kind != "hf":
+    try:
+        spec: PolicySpec | None = PolicySpec.parse(policy_id)
+    except ConfigError:
+        spec = None
+    if spec is None or spec.kind != "hf":
         raise ConfigError(f"policy id {policy_id!r} must start with 'hf:' (hf:tiny, hf:smollm2-135m, hf:<dir>).")
     name = spec.target
     from transformers import AutoModelForCausalLM, AutoTokenizer
