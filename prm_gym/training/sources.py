@@ -7,7 +7,7 @@ talks to every backend through one small interface, :class:`RolloutSource`.
   takes published weights between groups.
 * :class:`prm_gym.training.distributed.RayRollouts`: workers as Ray actors (``--backend ray``).
 * ``--policy vllm:<url>``: either of the above, whose workers sample from vLLM servers; the learner
-  writes its weights where the servers read them and asks them to reload (:class:`WeightPublisher`).
+  writes its weights where the servers read them and asks them to reload (:func:`weight_publisher`).
 * ``--policy vllm-engine:<dir>``: a local worker sampling from an in-process vLLM engine into which
   the learner's tensors are copied after every step.
 """
@@ -198,58 +198,78 @@ def make_source(cfg: TrainConfig, learner: HFPolicy) -> RolloutSource:
     return LocalRollouts(spec, [HFPolicy(learner.model, tok, sample_dtype=dtype) for _ in range(n)])
 
 
-class WeightPublisher:
-    """Hands the learner's weights to the source after every step.
-
-    ``hf:`` workers get a CPU copy of the state dict (a shared model needs only the version); an
-    in-process vLLM engine copies the tensors itself; vLLM servers reload the weights the learner
-    saves to ``--vllm-weights`` (the workers then only move their version). With LoRA every copy
-    gets the adapters merged into full weights, or, with ``--lora.publish adapter``, vLLM servers
-    load the adapter saved under ``<output_dir>/adapters/v<version>`` (:mod:`prm_gym.training.lora`).
-    """
+class _Publisher:
+    """Hands the learner's weights to the source after every step (see :func:`weight_publisher`).
+    ``initial``: before the first step. With LoRA every copy gets the adapters merged into full
+    weights, unless a subclass serves adapters itself."""
 
     def __init__(self, cfg: TrainConfig, learner: HFPolicy, source: RolloutSource):
         self.cfg, self.learner, self.source = cfg, learner, source
-        self.shared = isinstance(source, LocalRollouts) and source.workers[0].policy.model is learner.model
         self.lora = is_lora(learner.model)
-        self._plain: Any = None  # a LoRA run's merged copy, saved for vLLM servers to reload
-        self.server: Any = None
-        if cfg.policy_spec.kind == "vllm":
-            from prm_gym.agents.vllm import VLLMPolicy
 
-            spec = worker_spec(cfg)
-            self.server = VLLMPolicy(cfg.policy_spec.urls, learner.tokenizer, model=spec.served_model)
+    def state(self) -> dict[str, Any]:
+        """The learner's full weights (LoRA merged in)."""
+        model = self.learner.model
+        return merged_state_dict(model) if self.lora else model.state_dict()
 
     def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
-        """Publish the learner's weights; ``initial``: before the first step, when vLLM servers
-        already serve the ``--vllm-weights`` files the learner started from (unless it resumed or
-        loaded ``--init-checkpoint``), only the version is sent."""
+        raise NotImplementedError
+
+
+class _LocalPublisher(_Publisher):
+    """``hf:`` workers in this process: a worker sharing the learner's model needs only the version;
+    the others (async copies, Ray workers) get a CPU copy of the state dict."""
+
+    def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
+        version = self.learner.version
+        source = self.source
+        if isinstance(source, LocalRollouts) and source.workers[0].policy.model is self.learner.model:
+            source.publish(None, version)
+        else:
+            state = {k: v.detach().cpu().clone() for k, v in self.state().items()}
+            source.publish(state, version, wait=wait)
+
+
+class _EnginePublisher(_Publisher):
+    """An in-process vLLM engine (``vllm-engine:``) copies the tensors itself, onto its device."""
+
+    def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
+        self.source.publish(self.state(), self.learner.version)
+
+
+class _ServerPublisher(_Publisher):
+    """vLLM servers (``vllm:``) reload the weights the learner saves to ``--vllm-weights``; with
+    ``--lora.publish adapter`` they load the adapter saved under ``<output_dir>/adapters/v<version>``
+    (:mod:`prm_gym.training.lora`). The workers then only move their version."""
+
+    def __init__(self, cfg: TrainConfig, learner: HFPolicy, source: RolloutSource):
+        super().__init__(cfg, learner, source)
+        from prm_gym.agents.vllm import VLLMPolicy
+
+        self._plain: Any = None  # a LoRA run's merged copy, saved for the servers to reload
+        self.server = VLLMPolicy(cfg.policy_spec.urls, learner.tokenizer, model=worker_spec(cfg).served_model)
+
+    def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
+        """Before the first step of a fresh run the servers already serve the ``--vllm-weights`` files
+        the learner started from, so only the version is sent (not after a resume or
+        ``--init-checkpoint``)."""
         version, model = self.learner.version, self.learner.model
-        fresh = not (self.cfg.resume or self.cfg.init_checkpoint)
-        if self.server is not None and initial and fresh:
+        if initial and not (self.cfg.resume or self.cfg.init_checkpoint):
             self.source.publish(None, version)
-        elif self.server is not None and self.lora and self.cfg.lora.publish == "adapter":
+        elif self.lora and self.cfg.lora.publish == "adapter":
             path = save_adapter(model, Path(self.cfg.output_dir) / "adapters" / f"v{version}")
             self.server.load_lora(str(path.resolve()), version=version)
             self.source.publish(ServedAdapter(self.server.served), version)
             for old in path.parent.glob("v*"):  # the servers unloaded the older adapters
                 if old != path:
                     shutil.rmtree(old, ignore_errors=True)
-        elif self.server is not None:
+        else:
             self._served_model().save_pretrained(served_weights(self.cfg))
             self.server.reload_weights(version=version)
             self.source.publish(None, version)
-        elif self.shared:
-            self.source.publish(None, version)
-        elif self.cfg.policy_spec.kind == "vllm-engine":
-            state = merged_state_dict(model) if self.lora else model.state_dict()
-            self.source.publish(state, version)  # the engine copies them, on their device
-        else:
-            state = merged_state_dict(model) if self.lora else model.state_dict()
-            self.source.publish({k: v.detach().cpu().clone() for k, v in state.items()}, version, wait=wait)
 
     def _served_model(self) -> Any:
-        """The model to save for vLLM servers: the learner's, or with LoRA a copy with the adapters merged in."""
+        """The model to save for the servers: the learner's, or with LoRA a copy with the adapters merged in."""
         if not self.lora:
             return self.learner.model
         if self._plain is None:
@@ -257,6 +277,20 @@ class WeightPublisher:
         else:
             self._plain.load_state_dict(merged_state_dict(self.learner.model))
         return self._plain
+
+
+PUBLISHERS: dict[str, type[_Publisher]] = {
+    "hf": _LocalPublisher,
+    "vllm-engine": _EnginePublisher,
+    "vllm": _ServerPublisher,
+}
+"""How the learner's weights reach each trainable policy kind's samplers."""
+
+
+def weight_publisher(cfg: TrainConfig, learner: HFPolicy, source: RolloutSource) -> _Publisher:
+    """The publisher of ``cfg``'s policy kind: called after every step (``publish(initial=True)``
+    before the first), it hands the learner's weights to the rollout source."""
+    return PUBLISHERS[cfg.policy_spec.kind](cfg, learner, source)
 
 
 def learner_config(cfg: TrainConfig) -> TrainConfig:

@@ -26,7 +26,7 @@ from prm_gym.training.evaluation import evaluate
 from prm_gym.training.metrics import ExclusionBudget, Progress, env_metrics, plot_metrics, reward_metrics
 from prm_gym.training.prime import PrimeCredit
 from prm_gym.training.run import Run, build_run, checkpoint, checkpoint_due
-from prm_gym.training.sources import WeightPublisher, learner_config, make_source
+from prm_gym.training.sources import learner_config, make_source, weight_publisher
 from prm_gym.training.trackers import open_trackers
 from prm_gym.training.update import learner_step
 
@@ -44,7 +44,7 @@ def train(cfg: TrainConfig) -> Run:
     if source is not None:
         collector = StepCollector(cfg, source, run.train_ids, make_tracker(cfg, run), run.combine)
         prefetch = Prefetcher(collector, a.max_staleness if a.enabled else 0, cfg.steps)
-    publish = WeightPublisher(cfg, run.policy, source) if source is not None else None
+    publish = weight_publisher(cfg, run.policy, source) if source is not None else None
     credit = PrimeCredit(run.policy, cfg.loss) if cfg.loss.prime else None  # PRIME: its own PRM and step
     budget = ExclusionBudget(cfg.max_excluded_fraction)
     bar = Progress(cfg.steps, initial=run.step, enabled=cfg.progress and learner.is_main)

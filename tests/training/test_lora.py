@@ -19,7 +19,7 @@ from prm_gym.training.config import AsyncConfig, EvalConfig, LoraConfig, TrainCo
 from prm_gym.training.lora import add_lora, apply_checkpoint, merged_state_dict, plain_copy, save_adapter
 from prm_gym.training.metrics import read_metrics
 from prm_gym.training.run import build_run
-from prm_gym.training.sources import WeightPublisher, make_source
+from prm_gym.training.sources import make_source, weight_publisher
 from prm_gym.training.trainer import train
 from tests.training.test_trainer import ENV_KW, small
 
@@ -116,7 +116,7 @@ def test_asynchronous_workers_get_the_merged_weights(tmp_path: Path) -> None:
                 if "lora_B" in name:
                     p.fill_(0.05)
         run.policy.version = 1
-        WeightPublisher(cfg, run.policy, source)()
+        weight_publisher(cfg, run.policy, source)()
         assert torch.allclose(logits(worker), logits(run.policy.model), atol=1e-5)
     finally:
         source.close()
