@@ -32,6 +32,14 @@ def parse(argv: Sequence[str] | None = None) -> TrainConfig:
     tyro = require("tyro", "train", "parsing the flags")
 
     args = merge_repeated(list(argv) if argv is not None else sys.argv[1:], "--env")
+    removed = [a for a in args if a.startswith("--sql.")]
+    if removed:
+        from prm_gym.core.errors import ConfigError
+
+        raise ConfigError(
+            f"{removed[0].split('=')[0]} was removed in 0.2.0: prm/SQL-v0's database is the env's own "
+            """setting, given in --env-kwargs, e.g. '{"backend": "postgres", "pg_dsn": "..."}'."""
+        )
     return tyro.cli(TrainConfig, args=args, description=__doc__)
 
 

@@ -206,7 +206,7 @@ def test_train_agent_env_kwargs_choose_the_sql_backend(host, tasks) -> None:
 def test_the_trainer_has_no_sql_flags_and_the_env_checks_its_own() -> None:
     from prm_gym.training.cli import parse
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(ConfigError, match=r"--sql.backend was removed.*--env-kwargs.*\"backend\": \"postgres\""):
         parse(["--env", "prm/SQL-v0", "--sql.backend", "postgres"])
     with pytest.raises(ConfigError, match=r"need backend='postgres'"):
         SQLEnv(num_tasks=2, pg_dsn="host=/x")
