@@ -25,7 +25,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,19 @@ def _demo_actions(question: str, rng: np.random.Generator, use_tool: bool) -> li
     return [f"<tool_call>{call}</tool_call>", "<answer>{result}</answer>"]
 
 
+def _demonstrator(rng: np.random.Generator, use_tool: bool) -> Callable[[str], str | None]:
+    """A ``next_action`` that writes its script from the question (the first observation) and plays it."""
+    play: Callable[[str], str | None] | None = None
+
+    def next_action(obs: str) -> str | None:
+        nonlocal play
+        if play is None:
+            play = scripted(_demo_actions(obs, rng, use_tool))
+        return play(obs)
+
+    return next_action
+
+
 def env_kwargs(levels: Sequence[int] = (1,)) -> dict[str, Any]:
     """prm/Math-v0's arguments for the run: the task levels, 3 turns, 2000 training tasks."""
     return {**ENV_KWARGS, "levels": list(levels)}
@@ -88,9 +101,8 @@ def demonstrations(
     rng = np.random.default_rng(seed)
     out = []
     for k in range(n):
-        question = env.reset(seed=k, options={"task_id": ids[k % len(ids)]})[0]
-        actions = _demo_actions(question, rng, bool(rng.random() < tool_fraction))
-        out.append(record(env, chat, ids[k % len(ids)], k, scripted(actions))[0])
+        use_tool = bool(rng.random() < tool_fraction)
+        out.append(record(env, chat, ids[k % len(ids)], k, _demonstrator(rng, use_tool))[0])
     env.close()
     return out
 

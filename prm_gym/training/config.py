@@ -152,10 +152,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "eval", sized_eval(self.eval, self.steps, self.mode))  # 0: sized to the run
         self._check_envs()
+        spec = _spec_or_none(self.policy)  # checked below, after the checks that name other fields
+        kind = spec.kind if spec is not None else None
         check(
-            self.lora.publish == "merged"
-            or getattr(_spec_or_none(self.policy), "kind", None) == "vllm"
-            or bool(self.vllm_weights),
+            self.lora.publish == "merged" or kind == "vllm" or bool(self.vllm_weights),
             "lora.publish",
             self.lora.publish,
             "adapter publishing is for --policy vllm:<url> servers; other policies get merged weights",
@@ -175,13 +175,13 @@ class TrainConfig:
             "give the env server's base URL, e.g. http://localhost:8000 (start one with prm-serve)",
         )
         check(
-            _spec_or_none(self.policy) is not None,
+            spec is not None,
             "policy",
             self.policy,
             "use hf:tiny, hf:<dir>, vllm:<url>, vllm-engine:<dir> or (with --mode eval) openai:<model>@<base_url>",
         )
         check(
-            self.mode == "eval" or self.policy_spec.trainable,
+            self.mode == "eval" or spec is None or spec.trainable,
             "policy",
             self.policy,
             "an openai: chat-server policy can be evaluated (--mode eval) but not trained: training needs the "
@@ -189,7 +189,7 @@ class TrainConfig:
             "or vllm:<url> with --vllm-weights",
         )
         check(
-            self.policy_spec.kind != "vllm" or getattr(_spec_or_none(self.vllm_weights), "kind", None) == "hf",
+            kind != "vllm" or getattr(_spec_or_none(self.vllm_weights), "kind", None) == "hf",
             "vllm_weights",
             self.vllm_weights,
             "with --policy vllm:<url> give the served weights as --vllm-weights hf:<dir>",

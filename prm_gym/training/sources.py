@@ -220,14 +220,17 @@ class _LocalPublisher(_Publisher):
     """``hf:`` workers in this process: a worker sharing the learner's model needs only the version;
     the others (async copies, Ray workers) get a CPU copy of the state dict."""
 
+    def __init__(self, cfg: TrainConfig, learner: HFPolicy, source: RolloutSource):
+        super().__init__(cfg, learner, source)
+        self.shared = isinstance(source, LocalRollouts) and source.workers[0].policy.model is learner.model
+
     def __call__(self, *, wait: bool = True, initial: bool = False) -> None:
         version = self.learner.version
-        source = self.source
-        if isinstance(source, LocalRollouts) and source.workers[0].policy.model is self.learner.model:
-            source.publish(None, version)
+        if self.shared:
+            self.source.publish(None, version)
         else:
             state = {k: v.detach().cpu().clone() for k, v in self.state().items()}
-            source.publish(state, version, wait=wait)
+            self.source.publish(state, version, wait=wait)
 
 
 class _EnginePublisher(_Publisher):
