@@ -61,18 +61,23 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
     import torch
 
     from experiments import demo as learn
+    from experiments.search_tokenizer import domain_tokenizer
     from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.core.models import tiny_model
     from prm_gym.training.sft import sft
 
-    slug = re.sub(
-        r"[^A-Za-z0-9.-]+", "-", args.policy if args.policy != "hf:tiny" else f"tiny-{args.hidden}x{args.layers}"
-    )
+    tiny = f"tiny-{args.hidden}x{args.layers}" + ("-domain" if args.tokenizer == "domain" else "")
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", args.policy if args.policy != "hf:tiny" else tiny)
     out = Path(args.output_dir) / "warm" / slug / f"seed{seed}"  # one warm start per model and seed
     if (out / "sft" / "config.json").exists():
         return out / "sft"
     largs = argparse.Namespace(policy=args.policy, seed=seed, hidden=args.hidden, layers=args.layers)
     torch.manual_seed(seed)
-    model, tok = learn.base_model(largs)
+    if args.policy == "hf:tiny" and args.tokenizer == "domain":
+        tok = domain_tokenizer()
+        model = tiny_model(len(tok), seed=seed, hidden=args.hidden, layers=args.layers, heads=4)
+    else:
+        model, tok = learn.base_model(largs)
     chat = ChatTemplate(tok, tools_block="compact")
     demos, reward = search_demonstrations(chat, args.demos, {"judge": OUTCOME})
     loss = sft(model, demos, args.sft_steps, args.sft_lr, args.sft_batch, seed, True)

@@ -28,3 +28,17 @@ def test_demonstrations_score_one_with_exact_match_and_mask_only_the_assistant(t
         text = tiny_tokenizer.decode([t for t, m in zip(tokens, mask, strict=True) if m])
         assert text.count('"name": "search"') >= 2 and "<answer>" in text  # multi-hop: two or more searches
         assert "<tool_response>" not in text  # observations are never trained on
+
+
+def test_the_domain_tokenizer_shortens_episodes_and_still_encodes_any_text(tiny_tokenizer: Any) -> None:
+    from experiments.search_tokenizer import VOCAB_SIZE, domain_tokenizer
+
+    tok = domain_tokenizer(world_people=60)
+    assert len(tok) <= VOCAB_SIZE and tok.eos_token == "<|im_end|>" and tok.pad_token_id == 0
+    for text in ("héllo \x00 wörld ✓ \udcff".encode("utf-8", "replace").decode(), "Kawyn Ixendo", "<tool_call>"):
+        assert tok.decode(tok.encode(text)) == text  # byte-level: nothing is lost
+    kw = {"judge": "rule/exact_match", "world_people": 60, "num_tasks": 12}
+    short, _ = search_demonstrations(ChatTemplate(tok, tools_block="compact"), 4, kw)
+    long, _ = search_demonstrations(ChatTemplate(tiny_tokenizer, tools_block="compact"), 4, kw)
+    assert sum(len(t) for t, _ in short) * 3 < sum(len(t) for t, _ in long)
+    assert domain_tokenizer(world_people=60).get_vocab() == tok.get_vocab()  # deterministic
