@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from prm_gym.agents.rollout import Trajectory
+from prm_gym.training.units import RolloutUnit
 
 T = TypeVar("T")
 
@@ -41,22 +41,17 @@ class StalenessReport:
 
 
 def admit(
-    units: Sequence[Any],
-    learner_version: int,
-    max_staleness: int,
-    stale: str,
-    report: StalenessReport,
-    trajectories: Callable[[Any], Sequence[Trajectory]] = list,
-) -> list[Any]:
-    """The units (GRPO groups or tree samples) the learner at ``learner_version`` may train on.
+    units: Sequence[RolloutUnit], learner_version: int, max_staleness: int, stale: str, report: StalenessReport
+) -> list[RolloutUnit]:
+    """The units (GRPO groups or a task's trees) the learner at ``learner_version`` may train on.
 
     Each unit's lag (versions behind its oldest trajectory) goes into ``report``; a unit past
     ``max_staleness`` is dropped (and counted) when ``stale == "drop"``, kept for the truncated
-    IS correction otherwise. ``trajectories`` maps a unit to its trajectories.
+    IS correction otherwise.
     """
     kept = []
     for unit in units:
-        trajs = trajectories(unit)
+        trajs = unit.leaves
         lag = learner_version - min(t.policy_version for t in trajs) if trajs else 0
         if lag > max_staleness and stale == "drop":
             report.dropped += 1

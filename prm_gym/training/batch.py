@@ -73,14 +73,6 @@ class Grouping:
     trees: list[int] | None = None
 
 
-def flatten_groups(groups: Sequence[Sequence[Trajectory]]) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
-    """GRPO groups as one batch: their trajectories in order, each in its group's index, and the
-    tokens sampled for them (``{"generated_tokens": ...}``)."""
-    trajs = [t for g in groups for t in g]
-    grouping = Grouping([i for i, g in enumerate(groups) for _ in g])
-    return trajs, grouping, {"generated_tokens": float(sum(t.num_generated_tokens for t in trajs))}
-
-
 def shaped_returns(
     trajs: Sequence[Trajectory],
     grouping: Grouping,

@@ -1,8 +1,8 @@
 """One step's collection, whatever the rollout source: which tasks, chain groups or trees, and the
 rollout recipes (dynamic sampling, Resample-on-Correct, online difficulty filter, curriculum).
 
-A step's *units* are GRPO groups (lists of trajectories of one task) or, with ``--algo tree-grpo``,
-one :class:`prm_gym.training.tree.TreeSample` per task. The recipes act on units, so they work
+A step's *units* (:class:`prm_gym.training.units.RolloutUnit`, one per task) are GRPO groups or,
+with ``--algo tree-grpo``, a task's trees. The recipes act on units, so they work
 with chains and trees (except RoC, which down-samples a flat oversampled group), in-process or
 on Ray, synchronous or asynchronous.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -21,14 +20,14 @@ from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env
 from prm_gym.core.tasks import Task
 from prm_gym.rewards.combine import CombineConfig
-from prm_gym.training.batch import Grouping, compute_advantages, flatten_groups, outcome_and_process
+from prm_gym.training.batch import Grouping, compute_advantages, outcome_and_process
 from prm_gym.training.config import LossConfig, TrainConfig
 from prm_gym.training.curriculum import DifficultyTracker
 from prm_gym.training.mixture import draw_tasks, task_key, uniform_chooser
 from prm_gym.training.recipes import resample_on_correct
 from prm_gym.training.run import Run
 from prm_gym.training.sources import Job, RolloutSource
-from prm_gym.training.tree import TreeSample, merge_samples
+from prm_gym.training.units import RolloutUnit, merge_units
 from prm_gym.training.worker import CollectStats
 
 
@@ -65,34 +64,14 @@ def make_tracker(cfg: TrainConfig, run: Run) -> DifficultyTracker | None:
     return DifficultyTracker(tasks, r)
 
 
-def unit_trajectories(unit: Any) -> list[Trajectory]:
-    """The trajectories of a unit (a GRPO group, or a task's :class:`TreeSample`)."""
-    return list(unit.leaves) if isinstance(unit, TreeSample) else list(unit)
-
-
-def unit_grouping(unit: Any) -> Grouping:
-    return unit.grouping if isinstance(unit, TreeSample) else Grouping([0] * len(unit))
-
-
-def as_batch(units: Sequence[Any]) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
-    """Units as one batch: trajectories, grouping and sampling budget (trees merged, renumbered)."""
-    if units and isinstance(units[0], TreeSample):
-        return merge_samples(units).as_batch()
-    return flatten_groups(units)
-
-
-def sampled_tokens(unit: Any) -> int:
-    if isinstance(unit, TreeSample):
-        return unit.generated_tokens
-    return sum(t.num_generated_tokens for t in unit)
-
-
-def is_degenerate(unit: Any, loss: LossConfig, combine: CombineConfig | None, max_new_tokens: int | None) -> bool:
+def is_degenerate(
+    unit: RolloutUnit, loss: LossConfig, combine: CombineConfig | None, max_new_tokens: int | None
+) -> bool:
     """True when the unit's advantages, computed from the same shaped rewards the batch will use
     (judge-expression options such as ``gate``, the overlong penalty), are all zero: it would add
     no gradient (DAPO's dynamic sampling, Yu et al. 2025, section 3.2). A unit with fewer than two
     valid trajectories has no baseline and is degenerate too."""
-    adv, valid, _ = compute_advantages(unit_trajectories(unit), unit_grouping(unit), loss, combine, max_new_tokens)
+    adv, valid, _ = compute_advantages(unit.leaves, unit.grouping, loss, combine, max_new_tokens)
     return not bool(valid.any()) or float(adv[valid].abs().max()) < 1e-9
 
 
@@ -100,7 +79,7 @@ def is_degenerate(unit: Any, loss: LossConfig, combine: CombineConfig | None, ma
 class Collected:
     """What one step collected: its units and the collection's metrics."""
 
-    units: list[Any]
+    units: list[RolloutUnit]
     stats: dict[str, float] = field(default_factory=dict)
 
 
@@ -135,8 +114,8 @@ class StepCollector:
 
     def __call__(self, step: int) -> Collected:
         cfg, r = self.cfg, self.cfg.recipes
-        kept: list[Any] = []
-        last: list[Any] = []
+        kept: list[RolloutUnit] = []
+        last: list[RolloutUnit] = []
         stats = {"generated_tokens": 0.0}
         survived = CollectStats()
         if r.dynamic_sampling != "off":
@@ -146,7 +125,7 @@ class StepCollector:
             rng = np.random.default_rng([cfg.seed, step, 2, rounds])
             units = self._play(step, self._pick(step, rounds, rng), survived)
             rounds += 1
-            stats["generated_tokens"] += float(sum(sampled_tokens(u) for u in units))
+            stats["generated_tokens"] += float(sum(u.generated_tokens for u in units))
             last = [self._roc(u, rng) for u in units]
             for unit in last:
                 if r.dynamic_sampling != "off" and is_degenerate(
@@ -179,7 +158,7 @@ class StepCollector:
             return self.tracker.pick(count, rng)
         return [key[len(task_key(env, "")) :] for key in self.tracker.pick(count, rng, env=env)]
 
-    def _play(self, step: int, picks: list[tuple[str, str, int]], survived: CollectStats) -> list[Any]:
+    def _play(self, step: int, picks: list[tuple[str, str, int]], survived: CollectStats) -> list[RolloutUnit]:
         if self.tree is not None:  # one job per task: its trees, branch points seeded by (task seed, run seed, step)
             jobs = [Job(t, [s, self.cfg.seed, step], env) for env, t, s in picks]
         else:
@@ -191,17 +170,25 @@ class StepCollector:
                 self._record(unit)
         return units
 
-    def _record(self, unit: Any) -> None:
+    def _record(self, unit: RolloutUnit) -> None:
         assert self.tracker is not None
-        trajs = [t for t in unit_trajectories(unit) if not t.infra_error]
+        trajs = [t for t in unit.leaves if not t.infra_error]
         threshold = self.cfg.recipes.success_threshold
         outcomes = [outcome_and_process(t, self.cfg.loss.outcome_terms)[0] for t in trajs]
         if trajs:
             key = trajs[0].task_id if len(self.train_ids) == 1 else task_key(trajs[0].env_id, trajs[0].task_id)
             self.tracker.record(key, sum(o >= threshold for o in outcomes), len(outcomes))
 
-    def _roc(self, unit: Any, rng: np.random.Generator) -> Any:
-        if self.width <= self.cfg.group_size or isinstance(unit, TreeSample):
+    def _roc(self, unit: RolloutUnit, rng: np.random.Generator) -> RolloutUnit:
+        if self.width <= self.cfg.group_size:  # RoC off (the config refuses it with trees)
             return unit
         r = self.cfg.recipes
-        return resample_on_correct(unit, self.cfg.group_size, self.cfg.loss.outcome_terms, r.success_threshold, rng)
+        kept = resample_on_correct(
+            unit.leaves, self.cfg.group_size, self.cfg.loss.outcome_terms, r.success_threshold, rng
+        )
+        return RolloutUnit.chain(kept)
+
+
+def as_batch(units: Sequence[RolloutUnit]) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
+    """A step's units as one batch: trajectories, grouping and sampling budget (indices renumbered)."""
+    return merge_units(units).as_batch()

@@ -22,6 +22,7 @@ import ray
 from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TreeConfig
+from prm_gym.training.units import RolloutUnit
 from prm_gym.training.worker import CollectStats, Job, RolloutWorker, WorkerSpec
 
 
@@ -111,7 +112,7 @@ class RayRollouts:
         sampling: SamplingParams,
         max_context_tokens: int,
         tree: TreeConfig | None = None,
-    ) -> tuple[list[Any], CollectStats]:
+    ) -> tuple[list[RolloutUnit], CollectStats]:
         """Play every ``(task_id, seeds[, env])`` group (with ``tree``: every task's trees, see
         :meth:`RolloutWorker.play`); returns the groups that finished, in order."""
         stats = CollectStats()

@@ -29,6 +29,7 @@ from prm_gym.core.policy import SamplingParams
 from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.training.config import TrainConfig, TreeConfig
 from prm_gym.training.lora import is_lora, merged_state_dict, plain_copy, save_adapter
+from prm_gym.training.units import RolloutUnit
 from prm_gym.training.worker import CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
 
 
@@ -37,7 +38,7 @@ class RolloutSource(Protocol):
 
     def collect(
         self, jobs: Sequence[Job], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig | None = None
-    ) -> tuple[list[Any], CollectStats]:
+    ) -> tuple[list[RolloutUnit], CollectStats]:
         """Play ``jobs`` (GRPO groups, or with ``tree`` each task's trees); the finished ones, in order."""
         ...
 
@@ -85,7 +86,7 @@ class LocalRollouts:
 
     def collect(
         self, jobs: Sequence[Job], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig | None = None
-    ) -> tuple[list[Any], CollectStats]:
+    ) -> tuple[list[RolloutUnit], CollectStats]:
         todo = iter(enumerate(jobs))
         take = threading.Lock()
         results: dict[int, Any] = {}

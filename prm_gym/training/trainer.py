@@ -19,7 +19,7 @@ from typing import Any
 
 from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
 from prm_gym.training.batch import build_batch
-from prm_gym.training.collect import Collected, StepCollector, as_batch, make_tracker, unit_trajectories
+from prm_gym.training.collect import Collected, StepCollector, as_batch, make_tracker
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.ddp import setup_learner
 from prm_gym.training.evaluation import evaluate
@@ -59,9 +59,7 @@ def train(cfg: TrainConfig) -> Run:
             collected = Collected([])
             if prefetch is not None:
                 collected, report.wait_s = prefetch.get(run.step)
-                collected.units = admit(
-                    collected.units, run.policy.version, a.max_staleness, a.stale, report, unit_trajectories
-                )
+                collected.units = admit(collected.units, run.policy.version, a.max_staleness, a.stale, report)
             collected, report = learner.broadcast((collected, report))
             trajs, grouping, extra = as_batch(collected.units)
             t1 = time.perf_counter()

@@ -27,7 +27,6 @@ inter-tree advantages (:func:`prm_gym.training.advantages.tree_advantages`). Wor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -37,66 +36,10 @@ from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.rollout import Trajectory, continue_rollout, rollout
 from prm_gym.core.policy import Policy, SamplingParams
 from prm_gym.core.seams import trainer_env
-from prm_gym.training.batch import Grouping
 from prm_gym.training.config import TreeConfig
+from prm_gym.training.units import RolloutUnit
 
 DEFAULT_SAMPLING = SamplingParams()
-
-
-@dataclass
-class TreeSample:
-    """The leaves of every tree of a batch of tasks, with the budget they cost.
-
-    Attributes:
-        leaves: every finished trajectory (root chains and branches).
-        trees: tree index of each leaf (unique across the batch).
-        tasks: task index of each leaf (the inter-tree group).
-        generated_tokens: tokens actually sampled (shared prefixes counted once).
-        tool_calls: tool calls actually executed for new turns (replays not counted).
-        replayed_turns: turns replayed to fork envs (no tokens sampled, verdicts memoised).
-        root_branches: branches drawn at the bare prompt because their tree had no non-leaf node.
-    """
-
-    leaves: list[Trajectory] = field(default_factory=list)
-    trees: list[int] = field(default_factory=list)
-    tasks: list[int] = field(default_factory=list)
-    generated_tokens: int = 0
-    tool_calls: int = 0
-    replayed_turns: int = 0
-    root_branches: int = 0
-
-    @property
-    def grouping(self) -> Grouping:
-        return Grouping(groups=list(self.tasks), trees=list(self.trees))
-
-    def as_batch(self) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
-        """The leaves, their grouping and the sampling budget, as the trainers' collectors return them."""
-        return (
-            self.leaves,
-            self.grouping,
-            {
-                "generated_tokens": float(self.generated_tokens),
-                "tool_calls": float(self.tool_calls),
-                "replayed_turns": float(self.replayed_turns),
-                "root_branches": float(self.root_branches),
-            },
-        )
-
-
-def merge_samples(samples: Sequence[TreeSample]) -> TreeSample:
-    """One sample of several (one per task, from different workers): tree and task indices renumbered
-    so they stay unique, budgets added up."""
-    out = TreeSample()
-    for sample in samples:
-        tree0, task0 = len(set(out.trees)), len(set(out.tasks))
-        out.leaves += sample.leaves
-        out.trees += [tree0 + t for t in sample.trees]
-        out.tasks += [task0 + t for t in sample.tasks]
-        out.generated_tokens += sample.generated_tokens
-        out.tool_calls += sample.tool_calls
-        out.replayed_turns += sample.replayed_turns
-        out.root_branches += sample.root_branches
-    return out
 
 
 def _tool_calls(turns: Sequence[Any]) -> int:
@@ -148,7 +91,7 @@ def sample_trees(
     *,
     sampling: SamplingParams = DEFAULT_SAMPLING,
     max_context_tokens: int = 4096,
-) -> TreeSample:
+) -> RolloutUnit:
     """Grow ``cfg.num_trees`` trees for each task and return their leaves.
 
     Args:
@@ -158,7 +101,7 @@ def sample_trees(
         cfg: the tree shape.
         rng: chooses the boundaries to expand.
     """
-    out = TreeSample()
+    out = RolloutUnit()
     m = cfg.num_trees
     envs = [make_env() for _ in range(len(task_ids) * m)]
     roots_tasks = [tid for tid in task_ids for _ in range(m)]
@@ -182,11 +125,9 @@ def sample_trees(
         out.tool_calls += _tool_calls(traj.turns)
     for _ in range(cfg.expand_rounds):
         _expand_round(bases, tree_leaves, forked_at, policy, chat, cfg, rng, out, sampling, max_context_tokens)
-    for tree, leaves in enumerate(tree_leaves):
-        for leaf in leaves:
-            out.leaves.append(leaf)
-            out.trees.append(tree)
-            out.tasks.append(tree // m)
+    out.leaves = [leaf for leaves in tree_leaves for leaf in leaves]
+    out.trees = [tree for tree, leaves in enumerate(tree_leaves) for _ in leaves]
+    out.tasks = [tree // m for tree in out.trees]
     for e in envs:
         e.close()
     return out
@@ -200,7 +141,7 @@ def _expand_round(
     chat: ChatTemplate,
     cfg: TreeConfig,
     rng: np.random.Generator,
-    out: TreeSample,
+    out: RolloutUnit,
     sampling: SamplingParams,
     max_context_tokens: int,
 ) -> None:

@@ -26,7 +26,8 @@ from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.group_judges import defer_group_judges, score_deferred
-from prm_gym.training.tree import TreeSample, sample_trees
+from prm_gym.training.tree import sample_trees
+from prm_gym.training.units import RolloutUnit
 
 
 class Job(NamedTuple):
@@ -162,10 +163,10 @@ class RolloutWorker:
         max_context_tokens: int,
         tree: TreeConfig | None = None,
         env: str = "",
-    ) -> list[Trajectory] | TreeSample:
+    ) -> RolloutUnit:
         """One group: ``len(seeds)`` episodes of ``task_id`` in ``env`` (empty: the spec's first env);
         with ``tree``, that task's Tree-GRPO trees instead (reset seed ``seeds[0]``, branch points
-        drawn from a generator seeded by ``seeds``), as a :class:`prm_gym.training.tree.TreeSample`.
+        drawn from a generator seeded by ``seeds``). Either way one :class:`prm_gym.training.units.RolloutUnit`.
         Every trajectory's ``env_id`` names its env."""
         env = env or self.spec.env_id
         reseed = getattr(self.policy, "reseed", None)
@@ -189,7 +190,7 @@ class RolloutWorker:
             max_context_tokens=max_context_tokens,
         )
         score_deferred(envs[: len(seeds)], trajs)  # IGPO & co: the whole group in one call
-        return _portable(trajs, env)
+        return RolloutUnit.chain(_portable(trajs, env))
 
     def _play_tree(
         self,
@@ -199,7 +200,7 @@ class RolloutWorker:
         sampling: SamplingParams,
         max_context_tokens: int,
         tree: TreeConfig,
-    ) -> TreeSample:
+    ) -> RolloutUnit:
         sample = sample_trees(
             lambda: self.make_env(env),
             self.policy,

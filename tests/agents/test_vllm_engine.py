@@ -90,7 +90,7 @@ def test_rollout_worker_pushes_published_weights_into_the_engine(tok: Any) -> No
     state = tiny_model(len(tok), seed=1).state_dict()
     assert worker.set_weights(state, 3) == 3
     assert worker.policy.version == 3 and llm.loads == 1
-    trajs = worker.play("math-train-0-00001", [0, 1], SamplingParams(max_new_tokens=16), 2048)
+    trajs = worker.play("math-train-0-00001", [0, 1], SamplingParams(max_new_tokens=16), 2048).leaves
     worker.close()
     assert len(trajs) == 2 and all(t.policy_version == 3 for t in trajs)
     assert all(t.turns[0].terms["outcome"] is not None for t in trajs)

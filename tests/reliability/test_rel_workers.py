@@ -47,5 +47,5 @@ def test_rollout_worker_survives_env_faults() -> None:
     assert FlakyWorkerEnv.injected >= 2
     # each injected fault loses exactly one group (a group stops at its first failing reset); the rest arrive
     assert stats.dropped_groups == FlakyWorkerEnv.injected
-    assert len(groups) + stats.dropped_groups == 16 and all(len(g) == 2 for g in groups)
+    assert len(groups) + stats.dropped_groups == 16 and all(len(g.leaves) == 2 for g in groups)
     print(f"\nworker faults: {FlakyWorkerEnv.injected} injected, {stats.dropped_groups} lost, {len(groups)} delivered")

@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
@@ -19,6 +20,7 @@ from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
 from prm_gym.training.batch import Grouping, build_batch
 from prm_gym.training.config import LossConfig, TreeConfig
 from prm_gym.training.tree import sample_trees
+from prm_gym.training.units import RolloutUnit, merge_units
 
 KW: dict[str, Any] = {"levels": [1], "num_tasks": 10, "max_turns": 4}
 
@@ -152,8 +154,8 @@ def test_prefetch_plays_at_most_depth_steps_ahead() -> None:
 def test_admit_reports_lag_and_drops_units_past_the_bound() -> None:
     from types import SimpleNamespace
 
-    def group(*versions: int) -> list[Any]:
-        return [SimpleNamespace(policy_version=v) for v in versions]
+    def group(*versions: int) -> RolloutUnit:
+        return RolloutUnit([SimpleNamespace(policy_version=v) for v in versions])  # type: ignore[misc]
 
     report = StalenessReport()
     kept = admit([group(5, 5), group(4, 5), group(2, 5)], 5, 1, "drop", report)
@@ -169,13 +171,25 @@ def test_rollout_token_ids_unchanged_by_continue_refactor(tiny_tokenizer: Any) -
     assert torch.tensor(t.loss_mask).sum() == sum(turn.end - turn.start for turn in t.turns)
 
 
-def test_merged_tree_samples_keep_trees_and_tasks_apart() -> None:
-    from prm_gym.training.tree import TreeSample, merge_samples
-
-    def one(n_trees: int, leaves_per_tree: int, tokens: int) -> TreeSample:
+def test_merged_units_keep_trees_and_tasks_apart() -> None:
+    def one(n_trees: int, leaves_per_tree: int, tokens: int) -> RolloutUnit:
         trees = [t for t in range(n_trees) for _ in range(leaves_per_tree)]
-        return TreeSample(leaves=[object()] * len(trees), trees=trees, tasks=[0] * len(trees), generated_tokens=tokens)  # type: ignore[list-item]
+        return RolloutUnit([object()] * len(trees), [0] * len(trees), trees, tokens)  # type: ignore[list-item]
 
-    merged = merge_samples([one(2, 2, 10), one(1, 3, 5)])
+    merged = merge_units([one(2, 2, 10), one(1, 3, 5)])
     assert merged.trees == [0, 0, 1, 1, 2, 2, 2] and merged.tasks == [0, 0, 0, 0, 1, 1, 1]
     assert merged.generated_tokens == 15 and merged.grouping.groups == merged.tasks
+    assert set(merged.as_batch()[2]) == {"generated_tokens", "tool_calls", "replayed_turns", "root_branches"}
+
+
+def test_merged_chain_groups_number_their_groups_and_refuse_trees() -> None:
+    from types import SimpleNamespace
+
+    def group(n: int) -> RolloutUnit:
+        return RolloutUnit.chain([SimpleNamespace(num_generated_tokens=3) for _ in range(n)])  # type: ignore[misc]
+
+    trajs, grouping, budget = merge_units([group(2), group(3)]).as_batch()
+    assert len(trajs) == 5 and grouping.groups == [0, 0, 1, 1, 1] and grouping.trees is None
+    assert budget == {"generated_tokens": 15.0}
+    with pytest.raises(ValueError, match="mixes"):
+        merge_units([group(2), RolloutUnit([], [], [])])

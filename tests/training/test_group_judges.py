@@ -57,7 +57,7 @@ def _measure(worker: RolloutWorker, task: str, seeds: list[int]) -> tuple[list[T
     calls: list[int] = []
     handle = judges[0].policy.model.register_forward_hook(lambda *a: calls.append(1))
     try:
-        trajs = worker.play(task, seeds, SAMPLING, 2048)
+        trajs = worker.play(task, seeds, SAMPLING, 2048).leaves
     finally:
         handle.remove()
     assert isinstance(trajs, list)
@@ -94,7 +94,7 @@ def test_only_the_first_envs_judge_loads_a_model(tiny_policy: Any) -> None:
     """Envs whose judge names a model id load it lazily: batched, only the first env's is used."""
     kwargs = {"levels": [1], "num_tasks": 2, "max_turns": 2, "judge": "rule/format + progress/info_gain"}
     worker = RolloutWorker(WorkerSpec("prm/Math-v0", kwargs), 0, policy=tiny_policy)
-    trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048)
+    trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048).leaves
     assert [j._policy is not None for j in _judges(worker)] == [True, False]
     assert all("score" in r.info["judge"]["progress/info_gain"] for t in trajs for r in t.turns)
 
@@ -103,7 +103,7 @@ def test_no_deferred_judge_means_nothing_to_do(tiny_policy: Any) -> None:
     worker = RolloutWorker(
         WorkerSpec("prm/Math-v0", {"levels": [1], "num_tasks": 2, "max_turns": 2}), 0, policy=tiny_policy
     )
-    trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048)
+    trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048).leaves
     assert isinstance(trajs, list)
     assert score_deferred(worker.envs["prm/Math-v0"][:2], trajs) == 0
 
@@ -134,7 +134,7 @@ def test_one_call_per_group_and_the_verdicts_land_where_env_step_puts_them(tiny_
     kwargs = {"levels": [1], "num_tasks": 2, "max_turns": 3, "judge": "rule/format + 2*test/group_turn"}
     worker = RolloutWorker(WorkerSpec("prm/Math-v0", kwargs), 0, policy=tiny_policy)
     _GroupFake.batches = []
-    trajs = worker.play("math-train-0-00000", [1, 2, 3], SAMPLING, 2048)
+    trajs = worker.play("math-train-0-00000", [1, 2, 3], SAMPLING, 2048).leaves
     assert isinstance(trajs, list)
     assert _GroupFake.batches == [sum(len(t.turns) for t in trajs)]  # one call, every turn of the group
     for t in trajs:
@@ -148,7 +148,7 @@ def test_a_failed_group_call_is_infra_on_every_turn_and_final_judges_see_final_t
     kwargs = {"levels": [1], "num_tasks": 2, "max_turns": 2, "judge": "test/group_fail + test/group_final"}
     worker = RolloutWorker(WorkerSpec("prm/Math-v0", kwargs), 0, policy=tiny_policy)
     _GroupFake.batches = []
-    trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048)
+    trajs = worker.play("math-train-0-00000", [1, 2], SAMPLING, 2048).leaves
     assert isinstance(trajs, list)
     assert all(
         r.status == "infra_error" and "down" in r.info["judge"]["test/group_fail"]["error"]

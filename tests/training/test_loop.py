@@ -144,7 +144,7 @@ def test_publish_without_waiting_lands_before_the_next_group() -> None:
             pool.publish(state, 7, wait=False)  # returns at once instead of waiting for the group
             assert pool.workers[0].policy.version == 0
         groups, _ = pool.collect([("math-train-0-00000", [0, 1])], SamplingParams(max_new_tokens=4), 512)
-        assert [t.policy_version for t in groups[0]] == [7, 7]
+        assert [t.policy_version for t in groups[0].leaves] == [7, 7]
         pool.publish(state, 8)  # waiting: immediate when no group is playing
         assert pool.workers[0].policy.version == 8
     finally:
@@ -223,6 +223,6 @@ def test_local_workers_play_groups_side_by_side_and_keep_job_order() -> None:
     finally:
         one.close()
         two.close()
-    assert [[t.token_ids for t in g] for g in side] == [[t.token_ids for t in g] for g in serial]
-    assert [g[0].task_id for g in side] == ["math-train-0-00000", "math-train-0-00001"]
+    assert [[t.token_ids for t in g.leaves] for g in side] == [[t.token_ids for t in g.leaves] for g in serial]
+    assert [g.leaves[0].task_id for g in side] == ["math-train-0-00000", "math-train-0-00001"]
     assert Slow.peak == 2  # the two groups' tool calls overlapped

@@ -15,7 +15,7 @@ from prm_gym.core.errors import ConfigError
 from prm_gym.core.models import tiny_tokenizer
 from prm_gym.core.policy import FakePolicy
 from prm_gym.training.cli import merge_repeated, parse
-from prm_gym.training.collect import StepCollector, make_tracker, step_tasks, unit_trajectories
+from prm_gym.training.collect import StepCollector, make_tracker, step_tasks
 from prm_gym.training.config import EvalConfig, RecipeConfig, TrainConfig
 from prm_gym.training.metrics import read_metrics
 from prm_gym.training.run import Run, probe_envs
@@ -123,7 +123,7 @@ def test_a_group_is_always_one_task_of_one_env(tmp_path: Path, curriculum: bool)
     try:
         for step in range(8):
             for unit in collector(step).units:
-                trajs = unit_trajectories(unit)
+                trajs = unit.leaves
                 assert len({t.env_id for t in trajs}) == 1 and len({t.task_id for t in trajs}) == 1
                 assert len(trajs) == 3 and trajs[0].task_id in train_ids[trajs[0].env_id]
                 seen[trajs[0].env_id] += 1

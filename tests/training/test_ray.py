@@ -53,7 +53,8 @@ def test_ray_workers_play_exactly_what_the_local_loop_plays(pool: RayRollouts) -
     ids = _task_ids(3)
     groups, stats = pool.collect([(t, [11, 12]) for t in ids], GREEDY, 1024)
     assert stats.worker_deaths == stats.dropped_groups == 0
-    for task_id, group in zip(ids, groups, strict=True):
+    for task_id, unit in zip(ids, groups, strict=True):
+        group = unit.leaves
         envs_ = [gym.make("prm/Math-v0") for _ in range(2)]
         expected = rollout(
             envs_,
@@ -76,11 +77,11 @@ def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> N
     before = ray.get(pool.actors[0].ping.remote())
     pool.kill_worker(0)
     groups, stats = pool.collect([(t, [1, 2]) for t in _task_ids(4)], GREEDY, 1024)
-    assert len(groups) == 4 and all(len(g) == 2 for g in groups)
+    assert len(groups) == 4 and all(len(g.leaves) == 2 for g in groups)
     assert stats.worker_deaths == 1 and stats.retried_groups == 1 and stats.dropped_groups == 0
     after = ray.get(pool.actors[0].ping.remote())
     assert after != before
-    assert all(t.policy_version == 5 for g in groups for t in g)  # the new worker got the weights
+    assert all(t.policy_version == 5 for g in groups for t in g.leaves)  # the new worker got the weights
 
 
 MODES = {
