@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TreeConfig
@@ -146,6 +147,33 @@ class RayRollouts:
                 self._retry(g, tries, pending, stats)
             free.append(w)
         return [results[g] for g in sorted(results)], stats
+
+    def evaluate(
+        self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
+    ) -> list[Trajectory]:
+        """Held-out episodes, in chunks of :data:`prm_gym.training.sources.EVAL_CHUNK` spread over
+        the actors (each has the newest weights: an actor runs its calls in order); a chunk whose
+        actor died is replayed on its replacement (up to ``max_retries`` times). In order."""
+        from prm_gym.training.sources import EVAL_CHUNK
+
+        chunks = [list(episodes[i : i + EVAL_CHUNK]) for i in range(0, len(episodes), EVAL_CHUNK)]
+        out: list[list[Trajectory]] = []
+        for lo in range(0, len(chunks), len(self.actors)):
+            wave = list(enumerate(chunks[lo : lo + len(self.actors)]))
+            actors = list(self.actors)
+            refs = [actors[w].evaluate.remote(env_id, c, sampling, max_context_tokens) for w, c in wave]
+            for (w, chunk), ref in zip(wave, refs, strict=True):
+                for attempt in range(self.max_retries + 1):
+                    try:
+                        out.append(ray.get(ref))
+                        break
+                    except ray.exceptions.RayActorError:
+                        if attempt == self.max_retries:
+                            raise InfraError(f"held-out evaluation: worker {w} died {attempt + 1} times") from None
+                        self._replace(w, actors[w])
+                        actors[w] = self.actors[w]
+                        ref = actors[w].evaluate.remote(env_id, chunk, sampling, max_context_tokens)
+        return [t for part in out for t in part]
 
     def cancel(self) -> None:
         """Make a ``collect`` running in another thread return within a second, leaving its running

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -143,27 +143,84 @@ def report(
     return out
 
 
-def evaluate(policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32) -> dict[str, float]:
+class Episodes(Protocol):
+    """Plays held-out ``(task_id, seed)`` episodes of an env; a rollout source is one
+    (:meth:`prm_gym.training.sources.RolloutSource.evaluate`)."""
+
+    def evaluate(
+        self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
+    ) -> list[Trajectory]: ...
+
+
+class InProcess:
+    """:class:`Episodes` played here with ``policy``, ``chunk`` episodes side by side (tasks mixed,
+    so sampling batches across them), each env built once and reused."""
+
+    def __init__(self, policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32):
+        self.policy, self.chat, self.cfg, self.chunk = policy, chat, cfg, chunk
+        self.envs: dict[str, list[Any]] = {}
+
+    def evaluate(
+        self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
+    ) -> list[Trajectory]:
+        envs = self.envs.setdefault(env_id, [])
+        make = env_factory(env_id, self.chat.env_kwargs(self.cfg.eval_env_kwargs_for(env_id)), self.cfg.env_url)
+        out: list[Trajectory] = []
+        for lo in range(0, len(episodes), self.chunk):
+            part = episodes[lo : lo + self.chunk]
+            while len(envs) < len(part):
+                envs.append(make())
+            out += rollout(
+                envs[: len(part)],
+                self.policy,
+                self.chat,
+                seeds=[s for _, s in part],
+                task_ids=[t for t, _ in part],
+                sampling=sampling,
+                max_context_tokens=max_context_tokens,
+            )
+        return out
+
+    def close(self) -> None:
+        for envs in self.envs.values():
+            for env in envs:
+                env.close()
+        self.envs.clear()
+
+
+def evaluate(
+    policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, source: Episodes | None = None
+) -> dict[str, float]:
     """Play ``cfg.eval.samples`` episodes on each of the first ``cfg.eval.num_tasks`` held-out
     tasks (of each env, in a mixture) and :func:`report` them (``--eval.k``; default: pass@1 and
     pass@samples), overall, per level and per env.
 
-    An :class:`HFPolicy` samples with its own RNG (seeded from ``cfg.seed``), so evaluating never
-    changes the training run's random stream; any other policy (a vLLM one, a FakePolicy) is used
-    as it is. With ``--env-url`` the episodes are played on the env server. ``episodes_per_s``:
-    episodes played per second of the whole evaluation (envs, sampling, scoring).
+    With ``source`` (the training run's rollout source) the episodes are played by its workers,
+    as training episodes are: on Ray actors, vLLM servers or an in-process vLLM engine, in
+    parallel. Without it they are played here with ``policy``: an :class:`HFPolicy` samples with
+    its own RNG (seeded from ``cfg.seed``), so evaluating never changes the training run's random
+    stream; any other policy (a vLLM one, a FakePolicy) is used as it is. With ``--env-url`` the
+    episodes are played on the env server. ``episodes_per_s``: episodes played per second of the
+    whole evaluation (envs, sampling, scoring).
     """
-    sampler: Policy | ChatPolicy = policy
-    if isinstance(policy, HFPolicy):
-        seed, dtype, reuse = cfg.seed + 7919, policy.sample_dtype, policy.reuse_prefixes
-        sampler = HFPolicy(policy.model, policy.tokenizer, policy.version, seed, dtype, reuse_prefixes=reuse)
+    local: InProcess | None = None
+    if source is None:
+        sampler: Policy | ChatPolicy = policy
+        if isinstance(policy, HFPolicy):
+            seed, dtype, reuse = cfg.seed + 7919, policy.sample_dtype, policy.reuse_prefixes
+            sampler = HFPolicy(policy.model, policy.tokenizer, policy.version, seed, dtype, reuse_prefixes=reuse)
+        source = local = InProcess(sampler, chat, cfg)
     samples: list[EvalSample] = []
     groups: dict[str, dict[str, Any]] = {}
     start = time.perf_counter()
-    for env_id in cfg.env_ids:
-        env_samples, env_groups = _evaluate_env(sampler, chat, cfg, env_id, chunk)
-        samples += env_samples
-        groups.update(env_groups)
+    try:
+        for env_id in cfg.env_ids:
+            env_samples, env_groups = _evaluate_env(source, chat, cfg, env_id)
+            samples += env_samples
+            groups.update(env_groups)
+    finally:
+        if local is not None:
+            local.close()
     seconds = time.perf_counter() - start
     out = report(samples, cfg.eval.k or (1, cfg.eval.samples), groups)
     out["episodes_per_s"] = len(samples) / max(seconds, 1e-9)
@@ -171,13 +228,13 @@ def evaluate(policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, 
 
 
 def _evaluate_env(
-    sampler: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, env_id: str, chunk: int
+    source: Episodes, chat: ChatTemplate, cfg: TrainConfig, env_id: str, per_call: int = 128
 ) -> tuple[list[EvalSample], dict[str, dict[str, Any]]]:
     """The samples of one env's held-out tasks, keyed by task id (by env and task id in a mixture),
-    and each task's report groups."""
+    and each task's report groups. ``per_call`` episodes go to the source at a time (the progress bar
+    moves between calls)."""
     e, mixed = cfg.eval, len(cfg.env_ids) > 1
-    make_env = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)
-    probe = make_env()
+    probe = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)()
     try:
         tasks = trainer_env(probe, where="eval.env_kwargs").tasks
         ids = tasks.ids[: e.num_tasks]
@@ -187,31 +244,17 @@ def _evaluate_env(
     key = {tid: task_key(env_id, tid) if mixed else tid for tid in ids}
     groups = {key[tid]: _groups(meta, env_id, mixed) for tid, meta in metas.items()}
     params = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=e.temperature)
-    jobs = [(tid, j) for tid in ids for j in range(e.samples)]
+    jobs = [(tid, 10_000 + j) for tid in ids for j in range(e.samples)]
     samples: list[EvalSample] = []
-    envs = [make_env() for _ in range(min(chunk, len(jobs)))]
-    progress = bar(len(jobs), "eval", "episode", enabled=cfg.progress, delay=0.0)
-    try:
-        for lo in range(0, len(jobs), chunk):
-            part = jobs[lo : lo + chunk]
-            trajs = rollout(
-                envs[: len(part)],
-                sampler,
-                chat,
-                seeds=[10_000 + j for _, j in part],
-                task_ids=[t for t, _ in part],
-                sampling=params,
-                max_context_tokens=cfg.sampling.max_context_tokens,
-            )
+    with bar(len(jobs), "eval", "episode", enabled=cfg.progress, delay=0.0) as progress:
+        for lo in range(0, len(jobs), per_call):
+            part = jobs[lo : lo + per_call]
+            trajs = source.evaluate(env_id, part, params, cfg.sampling.max_context_tokens)
             for (tid, _), traj in zip(part, trajs, strict=True):
                 outcome, _ = outcome_and_process(traj, cfg.loss.outcome_terms)
                 success = outcome >= e.success_threshold
                 samples.append(EvalSample(key[tid], traj.total_reward, success, final_answer(traj), traj.infra_error))
             progress.update(len(part))
-    finally:
-        progress.close()
-        for env in envs:
-            env.close()
     return samples, groups
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from prm_gym.agents.hf import HFPolicy
+from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.models import MODEL_DIR, RUN_STATE
 from prm_gym.core.policy import SamplingParams
@@ -32,6 +33,11 @@ from prm_gym.training.lora import is_lora, merged_state_dict, plain_copy, save_a
 from prm_gym.training.units import RolloutUnit
 from prm_gym.training.worker import CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
 
+T = TypeVar("T")
+R = TypeVar("R")
+EVAL_CHUNK = 32
+"""Held-out episodes a worker plays side by side in one batched rollout."""
+
 
 class RolloutSource(Protocol):
     """Where episodes are played: collect jobs, take new weights, stop early, release everything."""
@@ -40,6 +46,12 @@ class RolloutSource(Protocol):
         self, jobs: Sequence[Job], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig | None = None
     ) -> tuple[list[RolloutUnit], CollectStats]:
         """Play ``jobs`` (GRPO groups, or with ``tree`` each task's trees); the finished ones, in order."""
+        ...
+
+    def evaluate(
+        self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
+    ) -> list[Trajectory]:
+        """Play held-out ``(task_id, seed)`` episodes of ``env_id`` with the newest weights; in order."""
         ...
 
     def publish(self, state: Any, version: int, *, wait: bool = True) -> None:
@@ -87,10 +99,35 @@ class LocalRollouts:
     def collect(
         self, jobs: Sequence[Job], sampling: SamplingParams, max_context_tokens: int, tree: TreeConfig | None = None
     ) -> tuple[list[RolloutUnit], CollectStats]:
-        todo = iter(enumerate(jobs))
+        stats, counting = CollectStats(), threading.Lock()
+
+        def play(worker: RolloutWorker, job: Job) -> RolloutUnit | None:
+            task_id, seeds, env = Job(*job)
+            try:
+                return worker.play(task_id, seeds, sampling, max_context_tokens, tree, env)
+            except InfraError:  # an env backend died outside an episode's turns: drop the group
+                with counting:
+                    stats.dropped_groups += 1
+                worker.drop_envs()
+                return None
+
+        units = self._each(jobs, play)
+        return [u for u in units if u is not None], stats
+
+    def evaluate(
+        self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
+    ) -> list[Trajectory]:
+        chunks = [episodes[i : i + EVAL_CHUNK] for i in range(0, len(episodes), EVAL_CHUNK)]
+        done = self._each(chunks, lambda w, part: w.evaluate(env_id, part, sampling, max_context_tokens))
+        return [t for part in done for t in part]
+
+    def _each(self, items: Sequence[T], call: Callable[[RolloutWorker, T], R]) -> list[R]:
+        """``call(worker, item)`` for every item, a free worker taking the next one (each with the
+        newest published weights); the results in item order. Items not started before
+        :meth:`cancel` are left out."""
+        todo = iter(enumerate(items))
         take = threading.Lock()
-        results: dict[int, Any] = {}
-        stats = CollectStats()
+        results: dict[int, R] = {}
 
         def drive(w: int) -> None:
             worker = self.workers[w]
@@ -99,26 +136,20 @@ class LocalRollouts:
                     nxt = next(todo, None)
                 if nxt is None:
                     return
-                i, job = nxt
-                task_id, seeds, env = Job(*job)
+                i, item = nxt
                 with self._locks[w]:
                     with self._slot:
                         pending, self._pending[w] = self._pending[w], None
                     if pending is not None:
                         worker.set_weights(*pending)
-                    try:
-                        results[i] = worker.play(task_id, seeds, sampling, max_context_tokens, tree, env)
-                    except InfraError:  # an env backend died outside an episode's turns: drop the group
-                        with take:
-                            stats.dropped_groups += 1
-                        worker.drop_envs()
+                    results[i] = call(worker, item)
 
         if len(self.workers) == 1:
             drive(0)
         else:
             with ThreadPoolExecutor(len(self.workers), "prm-local-worker") as pool:
                 list(pool.map(drive, range(len(self.workers))))
-        return [results[i] for i in sorted(results)], stats
+        return [results[i] for i in sorted(results)]
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -144,6 +175,7 @@ def worker_spec(cfg: TrainConfig) -> WorkerSpec:
         system_prompt=cfg.system_prompt,
         sample_dtype=cfg.sample_dtype,
         tool_format=cfg.tool_format,
+        eval_envs={e: cfg.eval_env_kwargs_for(e) for e in cfg.env_ids},
         served_model=served_weights(cfg) if cfg.policy_spec.kind == "vllm" else "policy",
     )
 

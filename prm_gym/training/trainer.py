@@ -6,8 +6,9 @@ step: take the step's collection (chain groups or trees, with the rollout recipe
 :mod:`prm_gym.training.collect`; played up to ``max_staleness`` steps ahead when asynchronous:
 :mod:`prm_gym.training.asyncrl`), admit it by staleness, build the batch (shaped rewards,
 advantages, infra-error exclusion), take a learner step, publish the weights, log, evaluate on
-schedule, checkpoint. Every backend therefore gets the same evaluation, progress bar, plots,
-metric keys, checkpoints and exclusion accounting.
+schedule (the held-out episodes are played by the same rollout workers), checkpoint. Every
+backend therefore gets the same evaluation, progress bar, plots, metric keys, checkpoints and
+exclusion accounting.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ def train(cfg: TrainConfig) -> Run:
     credit = PrimeCredit(run.policy, cfg.loss) if cfg.loss.prime else None  # PRIME: its own PRM and step
     budget = ExclusionBudget(cfg.max_excluded_fraction)
     bar = Progress(cfg.steps, initial=run.step, enabled=cfg.progress and learner.is_main)
+    held_out = partial(evaluate, run.policy, run.chat, cfg, source)  # played by the rollout workers
     try:
-        if not run.cfg.resume and learner.is_main:
-            log.log(0, {f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
         if publish is not None:
             publish(initial=True)
+        if not run.cfg.resume and learner.is_main:
+            log.log(0, {f"eval/{k}": v for k, v in held_out().items()})
         while run.step < cfg.steps:
             t0 = time.perf_counter()
             report = StalenessReport()
@@ -90,18 +92,20 @@ def train(cfg: TrainConfig) -> Run:
             run.step += 1
             values["learn_s"] = time.perf_counter() - t1
             if cfg.eval.every and run.step % cfg.eval.every == 0 and run.step < cfg.steps and learner.is_main:
-                values.update({f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
+                values.update({f"eval/{k}": v for k, v in held_out().items()})
             log.log(run.step, values)
             bar.update(values)
             if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and learner.is_main:
                 checkpoint(run)
             budget.check(run.step)
+        bar.close()
+        if learner.is_main:
+            checkpoint(run)
+            log.log(run.step, {f"eval/{k}": v for k, v in held_out().items()})
     finally:
         bar.close()
         _close(prefetch, source)
     if learner.is_main:
-        checkpoint(run)
-        log.log(run.step, {f"eval/{k}": v for k, v in evaluate(run.policy, run.chat, cfg).items()})
         plot_metrics(cfg.output_dir)
     log.close()
     learner.close()

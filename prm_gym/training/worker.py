@@ -71,6 +71,8 @@ class WorkerSpec:
         group_judges: score group-batched judges (IGPO's ``progress/info_gain``) once per GRPO
             group, in one batched call, instead of inside every ``env.step``
             (:mod:`prm_gym.training.group_judges`); the rewards are the same.
+        eval_envs: per env id, the ``gym.make`` keyword arguments of its held-out evaluation
+            (:meth:`RolloutWorker.evaluate`).
     """
 
     env_id: str
@@ -87,6 +89,7 @@ class WorkerSpec:
     sample_dtype: str | None = None
     group_judges: bool = True
     tool_format: str = "hermes"
+    eval_envs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def build_policy(spec: WorkerSpec, seed: int) -> Any:
@@ -128,14 +131,18 @@ class RolloutWorker:
             self.policy.tokenizer, system, tools_block=spec.tools_prompt, tool_format=spec.tool_format
         )
         self.envs: dict[str, list[Any]] = {}  # per env id: the envs a group plays in, reused across groups
+        self.eval_envs: dict[str, list[Any]] = {}  # the same for held-out evaluation
 
-    def make_env(self, env_id: str = "") -> gym.Env[str, str]:
-        """A new env of ``env_id`` (empty: the spec's first env): ``gym.make``, or a session on the
-        env server when the spec names one."""
+    def make_env(self, env_id: str = "", held_out: bool = False) -> gym.Env[str, str]:
+        """A new env of ``env_id`` (empty: the spec's first env; ``held_out``: with its evaluation
+        kwargs): ``gym.make``, or a session on the env server when the spec names one."""
         env_id = env_id or self.spec.env_id
-        kwargs = self.chat.env_kwargs(
-            self.spec.env_kwargs if env_id == self.spec.env_id else self.spec.more_envs[env_id]
-        )
+        if held_out:
+            kwargs = self.chat.env_kwargs(self.spec.eval_envs[env_id])
+        else:
+            kwargs = self.chat.env_kwargs(
+                self.spec.env_kwargs if env_id == self.spec.env_id else self.spec.more_envs[env_id]
+            )
         if self.spec.env_url:
             return RemoteEnv(self.spec.env_url, env_id=env_id, env_kwargs=kwargs)
         return gym.make(env_id, **kwargs)
@@ -215,12 +222,41 @@ class RolloutWorker:
         _portable(sample.leaves, env)
         return sample
 
+    def evaluate(
+        self,
+        env_id: str,
+        episodes: Sequence[tuple[str, int]],
+        sampling: SamplingParams,
+        max_context_tokens: int,
+    ) -> list[Trajectory]:
+        """Held-out episodes ``(task_id, reset seed)`` of ``env_id``, played side by side in one
+        batched rollout (tasks mixed, so sampling batches across them) with the env's evaluation
+        kwargs. The sampler is reseeded from the episodes' seeds, so the result depends only on
+        the weights and the episodes, not on which worker played them or what it played before."""
+        reseed = getattr(self.policy, "reseed", None)
+        if reseed is not None:
+            reseed(group_seed([-1, *(s for _, s in episodes)], self.spec.seed))
+        envs = self.eval_envs.setdefault(env_id, [])
+        while len(envs) < len(episodes):
+            envs.append(self.make_env(env_id, held_out=True))
+        trajs = rollout(
+            envs[: len(episodes)],
+            self.policy,
+            self.chat,
+            seeds=[s for _, s in episodes],
+            task_ids=[t for t, _ in episodes],
+            sampling=sampling,
+            max_context_tokens=max_context_tokens,
+        )
+        return _portable(trajs, env_id)
+
     def drop_envs(self) -> None:
         """Close this worker's envs (after an infrastructure failure the next group builds new ones)."""
-        for envs in self.envs.values():
-            for e in envs:
-                e.close()
-        self.envs.clear()
+        for pool in (self.envs, self.eval_envs):
+            for envs in pool.values():
+                for e in envs:
+                    e.close()
+            pool.clear()
 
     def close(self) -> None:
         self.drop_envs()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,29 @@ def test_local_workers_play_groups_side_by_side_and_keep_job_order() -> None:
     assert [[t.token_ids for t in g.leaves] for g in side] == [[t.token_ids for t in g.leaves] for g in serial]
     assert [g.leaves[0].task_id for g in side] == ["math-train-0-00000", "math-train-0-00001"]
     assert Slow.peak == 2  # the two groups' tool calls overlapped
+
+
+def test_held_out_evaluation_on_the_workers_is_the_same_on_one_worker_or_two(tmp_path: Path) -> None:
+    """Evaluation is played by the rollout source; each chunk reseeds from its episodes, so the
+    report depends on the weights and the episodes only, and the eval split's tasks are played."""
+    from prm_gym.agents.chat import ChatTemplate
+    from prm_gym.agents.hf import HFPolicy
+    from prm_gym.training.evaluation import evaluate
+    from prm_gym.training.sources import worker_spec
+
+    cfg = small(tmp_path, steps=1)
+    cfg = replace(cfg, eval=replace(cfg.eval, num_tasks=20, samples=2, temperature=1.0))
+    learner = HFPolicy.from_id(cfg.policy, seed=5)
+    chat = ChatTemplate(learner.tokenizer, tools_block=cfg.tools_prompt)
+    spec = worker_spec(cfg)
+    assert spec.eval_envs[cfg.env_ids[0]]["split"] == "test"
+    reports = []
+    for n in (1, 2):
+        source = LocalRollouts(spec, [None] * n)
+        try:
+            source.publish(learner.model.state_dict(), 1)
+            reports.append(evaluate(learner, chat, cfg, source))
+        finally:
+            source.close()
+    one, two = ({k: v for k, v in r.items() if k != "episodes_per_s"} for r in reports)
+    assert one == two and one["tasks_scored"] == 20.0

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.xdist_group("ray")
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[RayRollouts]:
-    with RayRollouts(WorkerSpec("prm/Math-v0", seed=7), num_workers=2, max_retries=1, cpus_per_worker=0.5) as p:
+    spec = WorkerSpec("prm/Math-v0", seed=7, eval_envs={"prm/Math-v0": {"split": "test"}})
+    with RayRollouts(spec, num_workers=2, max_retries=1, cpus_per_worker=0.5) as p:
         yield p
 
 
@@ -70,6 +71,30 @@ def test_ray_workers_play_exactly_what_the_local_loop_plays(pool: RayRollouts) -
         assert [t.token_ids for t in group] == [t.token_ids for t in expected]
         assert [t.total_reward for t in group] == [t.total_reward for t in expected]
         assert all(t.policy_version == 5 and t.task_id == task_id for t in group)
+
+
+def test_ray_workers_play_held_out_episodes_exactly_as_this_process_would(pool: RayRollouts) -> None:
+    local = HFPolicy.from_id("hf:tiny", seed=321)
+    pool.publish(local.model.state_dict(), version=6)
+    probe = gym.make("prm/Math-v0", split="test")
+    ids = list(probe.unwrapped.tasks.ids)[:40]  # type: ignore[attr-defined]
+    probe.close()
+    assert ids[0].startswith("math-test")
+    got = pool.evaluate("prm/Math-v0", [(t, 10_000) for t in ids], GREEDY, 1024)  # two chunks, two actors
+    envs_ = [gym.make("prm/Math-v0", split="test") for _ in ids]
+    expected = rollout(
+        envs_,
+        local,
+        ChatTemplate(local.tokenizer),
+        seeds=[10_000] * 40,
+        task_ids=ids,
+        sampling=GREEDY,
+        max_context_tokens=1024,
+    )
+    for e in envs_:
+        e.close()
+    assert [t.token_ids for t in got] == [t.token_ids for t in expected]
+    assert [t.task_id for t in got] == ids and all(t.policy_version == 6 for t in got)
 
 
 def test_a_dead_worker_is_replaced_and_its_group_retried(pool: RayRollouts) -> None:
