@@ -100,6 +100,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--eval-tasks", type=int, default=48)
     p.add_argument("--eval-samples", type=int, default=2)
+    p.add_argument(
+        "--eval-unseen",
+        type=int,
+        default=0,
+        help="search: evaluate on this many test questions whose text no training question has "
+        "(experiments.search_demos.unseen_questions); 0: the first --eval-tasks of the test split",
+    )
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--trees", type=int, default=2, help="Tree-GRPO trees per task (M)")
     p.add_argument("--expand-nodes", type=int, default=2, help="Tree-GRPO nodes expanded per round (N)")

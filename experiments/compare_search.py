@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.compare_config import study_config
-from experiments.search_demos import ENV_ID, ENV_KWARGS, search_demonstrations
+from experiments.search_demos import ENV_ID, ENV_KWARGS, search_demonstrations, unseen_questions
 from prm_gym.training.config import TrainConfig, TreeConfig
 
 OUTCOME = "rule/exact_match"
@@ -91,7 +91,7 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
 def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainConfig:
     """What every search arm shares: the env, the warm start, one learning rate, one eval."""
     tree = TreeConfig(num_trees=args.trees, expand_nodes=args.expand_nodes, expand_rounds=args.expand_rounds)
-    return study_config(
+    cfg = study_config(
         args,
         seed,
         tree,
@@ -102,6 +102,10 @@ def base_config(args: argparse.Namespace, policy_dir: Path, seed: int) -> TrainC
         policy=f"{args.sampler}:{policy_dir}",
         tool_format="hermes",
     )
+    if not args.eval_unseen:
+        return cfg
+    heldout = unseen_questions(args.eval_unseen, Path(args.output_dir) / f"heldout-unseen-{args.eval_unseen}.jsonl")
+    return replace(cfg, eval=replace(cfg.eval, tasks=str(heldout.resolve()), num_tasks=args.eval_unseen))
 
 
 def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainConfig:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -19,7 +20,7 @@ import gymnasium as gym
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.core.seams import trainer_env
-from prm_gym.envs.search.tasks import generate_world, world_passages
+from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, world_passages
 from prm_gym.training.sft import Demonstration, record, scripted
 
 ENV_ID = "prm/Search-v0"
@@ -60,3 +61,31 @@ def search_demonstrations(
         total += reward
     env.close()
     return out, total / max(n, 1)
+
+
+def unseen_questions(n: int, path: Path, env_kwargs: Mapping[str, Any] | None = None) -> Path:
+    """Write ``n`` held-out questions whose text no training question has (a JSONL task file for
+    ``--eval.tasks``) and return its path.
+
+    The generated world is finite (300 people, four multi-hop question shapes), so most test-split
+    questions also occur, word for word, in the 2,000 training questions (86 of the first 100).
+    These are drawn from the test split and kept only when their text is new; their answers are
+    still reachable only through the bridge passage.
+    """
+    kw = {**ENV_KWARGS, **(env_kwargs or {})}
+    world = generate_world(int(kw.get("world_people", 300)), int(kw.get("world_seed", 0)))
+    train = generate_search_tasks(world, int(kw["num_tasks"]), 0, "train", "multi")
+    seen = {t.prompt for t in train}
+    out, texts = [], set()
+    for task in generate_search_tasks(world, 20 * n, 0, "test", "multi"):
+        if task.prompt in seen or task.prompt in texts:
+            continue
+        texts.add(task.prompt)
+        out.append({"id": task.id, "question": task.prompt, "answer": list(task.answer), **task.meta})
+        if len(out) == n:
+            break
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} unseen multi-hop questions exist in this world; ask for fewer")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    return path

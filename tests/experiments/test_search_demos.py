@@ -42,3 +42,22 @@ def test_the_domain_tokenizer_shortens_episodes_and_still_encodes_any_text(tiny_
     long, _ = search_demonstrations(ChatTemplate(tiny_tokenizer, tools_block="compact"), 4, kw)
     assert sum(len(t) for t, _ in short) * 3 < sum(len(t) for t, _ in long)
     assert domain_tokenizer(world_people=60).get_vocab() == tok.get_vocab()  # deterministic
+
+
+def test_unseen_questions_share_no_text_with_training_and_load_as_eval_tasks(tmp_path: Any) -> None:
+    import json
+
+    import gymnasium as gym
+
+    from experiments.search_demos import ENV_KWARGS, unseen_questions
+    from prm_gym.envs.search.tasks import generate_search_tasks, generate_world
+
+    path = unseen_questions(40, tmp_path / "unseen.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    train = {t.prompt for t in generate_search_tasks(generate_world(300, 0), 2000, 0, "train", "multi")}
+    assert len(rows) == 40 and len({r["question"] for r in rows}) == 40
+    assert not {r["question"] for r in rows} & train
+    env = gym.make("prm/Search-v0", **{**ENV_KWARGS, "tasks": str(path), "judge": "rule/exact_match"})
+    env.reset(options={"task_id": rows[0]["id"]})
+    assert env.step(f"<answer>{rows[0]['answer'][0]}</answer>")[1] == 1.0
+    env.close()
