@@ -31,12 +31,10 @@ from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.training.config import TrainConfig, TreeConfig
 from prm_gym.training.lora import is_lora, merged_state_dict, plain_copy, save_adapter
 from prm_gym.training.units import RolloutUnit
-from prm_gym.training.worker import CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
+from prm_gym.training.worker import EVAL_CHUNK, CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
 
 T = TypeVar("T")
 R = TypeVar("R")
-EVAL_CHUNK = 32
-"""Held-out episodes a worker plays side by side in one batched rollout."""
 
 
 class RolloutSource(Protocol):

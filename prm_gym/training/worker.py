@@ -29,6 +29,9 @@ from prm_gym.training.group_judges import defer_group_judges, score_deferred
 from prm_gym.training.tree import sample_trees
 from prm_gym.training.units import RolloutUnit
 
+EVAL_CHUNK = 32
+"""Held-out episodes a worker plays side by side in one batched rollout (:meth:`RolloutWorker.evaluate`)."""
+
 
 class Job(NamedTuple):
     """One unit of work: a GRPO group's ``task_id`` and episode ``seeds`` (for a Tree-GRPO job the
