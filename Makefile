@@ -109,14 +109,22 @@ compare compare-tree compare-roots compare-process compare-async: setup
 ## The comparisons on prm/Search-v0 multi-hop questions, sparse outcome (docs/learning.md): Tree-GRPO vs chain
 ## GRPO at equal tokens per step and at equal trajectories; outcome only vs retrieval credit vs IGPO's
 ## information gain. Same protocol: one search SFT warm start per seed, finished runs reused.
-SEARCH_FLAGS ?= --policy hf:tiny
+## The small random Llama (128 wide, 4 layers) with a BPE fitted to the search world (SmolLM2's GRPO steps do
+## not fit two CPU cores): about 56 min for 3 seeds on 2 cores. Afterwards every warm start and final model is
+## evaluated again on 150 questions no training question shares (experiments.reeval).
+SEARCH_FLAGS ?= --tokenizer domain --hidden 128 --layers 4 --demos 400 --sft-steps 600 --steps 40 \
+	--eval-tasks 100 --eval-samples 2 --eval-every 10 --tasks-per-step 4 --max-new-tokens 48
+SEARCH_SEEDS ?= 3
+SEARCH_JOBS ?= 3
 SEARCH_OUT ?= runs/compare-search
 SEARCH_WHICH = $(or $(patsubst compare-search-%,%,$(filter compare-search-%,$@)),all)
 compare-search compare-search-tree compare-search-process: setup
-	seq 0 $$(($(COMPARE_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(COMPARE_JOBS) -I{} $(BIN)/python -m experiments.compare \
+	seq 0 $$(($(SEARCH_SEEDS) - 1)) | HF_HUB_OFFLINE=1 xargs -P $(SEARCH_JOBS) -I{} $(BIN)/python -m experiments.compare \
 		--task search --which $(SEARCH_WHICH) --seed {} --threads 1 --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.compare --task search --which $(SEARCH_WHICH) \
-		--seeds $(COMPARE_SEEDS) --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
+		--seeds $(SEARCH_SEEDS) --output-dir $(SEARCH_OUT) $(SEARCH_FLAGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.reeval --seeds $(SEARCH_SEEDS) --threads 1 \
+		--output-dir $(SEARCH_OUT) $(SEARCH_FLAGS) --eval-unseen 150
 
 ## On one H200-class GPU (vLLM engine in process), at most 10 min: the learn study with larger groups and 500
 ## held-out tasks, and the search process-reward comparison (SmolLM2, 3 seeds). Stops at once without a GPU.

@@ -133,11 +133,14 @@ def plot_bars(values: Mapping[str, dict[str, Any]], ylabel: str, title: str, pat
     import matplotlib
 
     matplotlib.use("Agg")
+    import textwrap
+
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     arms = list(values)
-    ax.bar(arms, [values[a]["mean"] for a in arms], yerr=[values[a]["se"] for a in arms], capsize=4)
+    ax.bar(range(len(arms)), [values[a]["mean"] for a in arms], yerr=[values[a]["se"] for a in arms], capsize=4)
+    ax.set_xticks(range(len(arms)), [textwrap.fill(a, 24) for a in arms], fontsize=8)  # long labels wrap
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="y")

@@ -226,3 +226,8 @@ def test_compare_search_shortened(tmp_path: Path) -> None:
     assert out["process"]["arms"]["outcome only"] == out["tree"]["arms"]["chain GRPO, equal trajectories"]
     assert set(out["process"]["arms"]) == {"outcome only", "retrieval credit", "IGPO information gain"}
     assert (tmp_path / "runs" / "seed0" / "info-gain" / "done.json").exists()
+    from experiments.reeval import main as reeval
+
+    again = reeval([*flags, "--eval-unseen", "3"])  # the finished models, on questions no training one shares
+    assert set(again["comparisons"]) == {"tree", "process"} and again["warm_start_success"]["n"] == 1
+    assert (tmp_path / "runs" / "seed0" / "grpo" / "reeval-unseen-3.json").exists()

@@ -13,6 +13,7 @@ from prm_gym.training.collect import is_degenerate
 from prm_gym.training.config import LossConfig, RecipeConfig, TrainConfig
 from prm_gym.training.curriculum import DifficultyTracker, bucket_of
 from prm_gym.training.recipes import error_count, resample_on_correct
+from prm_gym.training.units import RolloutUnit
 
 
 def traj(outcome: float, errors: int = 0, status: str = "ok", name: str = "t") -> Trajectory:
@@ -25,7 +26,7 @@ def traj(outcome: float, errors: int = 0, status: str = "ok", name: str = "t") -
 
 
 def degenerate(group: list[Trajectory], combine: CombineConfig | None = None) -> bool:
-    return is_degenerate(group, LossConfig(), combine, None)
+    return is_degenerate(RolloutUnit.chain(group), LossConfig(), combine, None)
 
 
 def test_degenerate_groups_are_those_without_any_advantage() -> None:
