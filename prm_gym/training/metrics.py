@@ -13,7 +13,6 @@ from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.errors import InfraError
 from prm_gym.core.progress import bar, shown
 from prm_gym.training.batch import outcome_and_process
-from prm_gym.training.config import TrainConfig
 
 METRICS = "metrics.jsonl"
 
@@ -29,14 +28,15 @@ def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     return out
 
 
-def env_metrics(trajs: Sequence[Trajectory], cfg: TrainConfig) -> dict[str, float]:
+def env_metrics(
+    trajs: Sequence[Trajectory], env_ids: Sequence[str], outcome_terms: Sequence[str], threshold: float
+) -> dict[str, float]:
     """Per env of a mixture (``Trajectory.env_id``; nothing for a one-env run): ``episodes/env=<id>``
     (0 when the step drew none of its tasks) and, when it has episodes, ``reward/env=<id>`` (mean
     episode reward, as ``reward``) and ``success/env=<id>`` (the fraction whose outcome return
     reaches ``--recipes.success-threshold``, over the episodes without an infra_error)."""
     out: dict[str, float] = {}
-    outcome_terms, threshold = cfg.loss.outcome_terms, cfg.recipes.success_threshold
-    for env in cfg.env_ids if len(cfg.env_ids) > 1 else ():
+    for env in env_ids if len(env_ids) > 1 else ():
         mine = [t for t in trajs if t.env_id == env]
         out[f"episodes/env={env}"] = float(len(mine))
         if not mine:

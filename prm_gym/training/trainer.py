@@ -74,7 +74,9 @@ def train(cfg: TrainConfig) -> Run:
                 if credit is not None:
                     values.update(credit.apply(batch, trajs, grouping))
                 values.update(reward_metrics(trajs))
-                values.update(env_metrics(trajs, cfg))  # a mixture's reward/success per env
+                values.update(  # a mixture's reward/success per env
+                    env_metrics(trajs, cfg.env_ids, cfg.loss.outcome_terms, cfg.recipes.success_threshold)
+                )
                 values.update(batch.stats)
                 model, opt, bf16 = learner.model, learner.optimizer, cfg.precision == "bf16"
                 values.update(
