@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prm_gym.core.models import CHATML_TEMPLATE, SPECIAL_TOKENS
+from prm_gym.core.models import SPECIAL_TOKENS, chatml_tokenizer
 
 VOCAB_SIZE = 4096
 
@@ -44,7 +44,6 @@ _PROMPT = (
 def domain_tokenizer(world_people: int = 300, world_seed: int = 0, vocab_size: int = VOCAB_SIZE) -> Any:
     """A byte-level BPE with ``vocab_size`` ids fitted to the search world, ChatML special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -56,12 +55,4 @@ def domain_tokenizer(world_people: int = 300, world_seed: int = 0, vocab_size: i
         show_progress=False,
     )
     core.train_from_iterator(_texts(world_people, world_seed), trainer=trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
-    )
-    tok.chat_template = CHATML_TEMPLATE
-    return tok
+    return chatml_tokenizer(core)

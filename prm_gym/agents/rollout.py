@@ -185,6 +185,27 @@ def rollout(
     return trajs
 
 
+def rollout_episodes(
+    envs: Sequence[gym.Env],
+    policy: Policy | ChatPolicy,
+    chat: ChatTemplate,
+    episodes: Sequence[tuple[str, int]],
+    sampling: SamplingParams = DEFAULT_SAMPLING,
+    max_context_tokens: int = 4096,
+) -> list[Trajectory]:
+    """:func:`rollout` of ``(task_id, reset seed)`` episodes side by side, one per env (the first
+    ``len(episodes)`` of ``envs``; tasks may differ, so sampling batches across them)."""
+    return rollout(
+        envs[: len(episodes)],
+        policy,
+        chat,
+        seeds=[s for _, s in episodes],
+        task_ids=[t for t, _ in episodes],
+        sampling=sampling,
+        max_context_tokens=max_context_tokens,
+    )
+
+
 def run_episode(
     env: gym.Env,
     policy: Policy | ChatPolicy,

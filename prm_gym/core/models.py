@@ -32,7 +32,6 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 def tiny_tokenizer() -> Any:
     """A byte-level tokenizer (one token per byte) with ChatML special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
@@ -41,6 +40,14 @@ def tiny_tokenizer() -> Any:
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
+    return chatml_tokenizer(core)
+
+
+def chatml_tokenizer(core: Any) -> Any:
+    """A transformers tokenizer around a ``tokenizers.Tokenizer`` whose first ids are
+    :data:`SPECIAL_TOKENS`: ChatML's special tokens, ``<|im_end|>`` ending a turn, the chat template."""
+    from transformers import PreTrainedTokenizerFast
+
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token=None,

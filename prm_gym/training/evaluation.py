@@ -33,7 +33,7 @@ import numpy as np
 
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.hf import HFPolicy
-from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.agents.rollout import Trajectory, rollout_episodes
 from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
 from prm_gym.core.progress import bar
 from prm_gym.core.seams import trainer_env
@@ -170,15 +170,7 @@ class InProcess:
             part = episodes[lo : lo + self.chunk]
             while len(envs) < len(part):
                 envs.append(make())
-            out += rollout(
-                envs[: len(part)],
-                self.policy,
-                self.chat,
-                seeds=[s for _, s in part],
-                task_ids=[t for t, _ in part],
-                sampling=sampling,
-                max_context_tokens=max_context_tokens,
-            )
+            out += rollout_episodes(envs, self.policy, self.chat, part, sampling, max_context_tokens)
         return out
 
     def close(self) -> None:

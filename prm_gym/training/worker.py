@@ -20,7 +20,7 @@ import numpy as np
 
 import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
-from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.agents.rollout import Trajectory, rollout, rollout_episodes
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.envs.remote import RemoteEnv
@@ -242,15 +242,7 @@ class RolloutWorker:
         envs = self.eval_envs.setdefault(env_id, [])
         while len(envs) < len(episodes):
             envs.append(self.make_env(env_id, held_out=True))
-        trajs = rollout(
-            envs[: len(episodes)],
-            self.policy,
-            self.chat,
-            seeds=[s for _, s in episodes],
-            task_ids=[t for t, _ in episodes],
-            sampling=sampling,
-            max_context_tokens=max_context_tokens,
-        )
+        trajs = rollout_episodes(envs, self.policy, self.chat, episodes, sampling, max_context_tokens)
         return _portable(trajs, env_id)
 
     def drop_envs(self) -> None:
