@@ -17,6 +17,11 @@ to the turn limit. The two sides, alternated in one process on the same weights 
 
 Printed: episodes/s of each side and the success each measured (the same tasks and seeds; success
 figures agree within sampling noise, not bit for bit: reuse changes floating-point rounding).
+
+A second row (#34 item 2, evaluation against sampling alone): in the ``reuse`` evaluations the time
+spent inside the sampler's ``generate`` calls is clocked; "sampling alone" is the episodes over
+that time, i.e. what the evaluation would reach if envs, parsing, judging, chat rendering and
+bookkeeping cost nothing. The ratio is the share of the evaluation's wall clock that is sampling.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ def main() -> None:
     from prm_gym.agents.hf import HFPolicy
     from prm_gym.core.models import load_hf
     from prm_gym.training.config import EvalConfig, SamplingConfig, TrainConfig
-    from prm_gym.training.evaluation import evaluate
+    from prm_gym.training.evaluation import InProcess, evaluate
 
     torch.set_num_threads(2)
     model, tok = load_hf(args.policy)
@@ -56,14 +61,33 @@ def main() -> None:
         sampling=SamplingConfig(max_new_tokens=48, temperature=1.0, max_context_tokens=1024),
         eval=EvalConfig(env_kwargs='{"split": "test"}', num_tasks=args.tasks, samples=1, temperature=1.0),
     )
+
+    class Clocked(HFPolicy):
+        """HFPolicy that adds the seconds spent in ``generate`` to ``spent``."""
+
+        spent = 0.0
+
+        def generate(self, prompts, params):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return super().generate(prompts, params)
+            finally:
+                Clocked.spent += time.perf_counter() - t
+
+    sampling_alone: list[float] = []
     rates: dict[str, list[float]] = {"reuse": [], "recompute": []}
     success: dict[str, list[float]] = {"reuse": [], "recompute": []}
     for _ in range(args.rounds):
         for side in ("recompute", "reuse"):
-            policy = HFPolicy(model, tok, sample_dtype="bfloat16", reuse_prefixes=side == "reuse")
+            policy = Clocked(model, tok, seed=cfg.seed + 7919, sample_dtype="bfloat16", reuse_prefixes=side == "reuse")
+            here = InProcess(policy, chat, cfg)  # plays with this policy as it is (clocked)
+            Clocked.spent = 0.0
             t0 = time.perf_counter()
-            out = evaluate(policy, chat, cfg)
+            out = evaluate(policy, chat, cfg, here)
             seconds = time.perf_counter() - t0
+            here.close()
+            if side == "reuse":
+                sampling_alone.append(args.tasks / Clocked.spent)
             rates[side].append(args.tasks / seconds)
             success[side].append(out["success"])
             print(
@@ -88,6 +112,17 @@ def main() -> None:
         "episodes/s",
         "higher",
         spread=f"ours {spread(rates['reuse'])}, baseline {spread(rates['recompute'])}",
+    )
+    print(f"sampling alone (reuse): {median(sampling_alone):.2f} episodes/s")
+    emit(
+        "eval",
+        "make-learn base evaluation against its sampling alone (episodes/s)",
+        median(rates["reuse"]),
+        median(sampling_alone),
+        "the same evaluation's generate calls alone (clocked inside it)",
+        "episodes/s",
+        "higher",
+        spread=f"ours {spread(rates['reuse'])}, baseline {spread(sampling_alone)}",
     )
 
 
