@@ -56,6 +56,13 @@ def chain_group_for_tokens(tree: TreeConfig, branch_fraction: float) -> int:
     return max(2, round(tree.num_trees * (1 + tree.expand_nodes * tree.expand_rounds * branch_fraction)))
 
 
+def warm_dir(args: argparse.Namespace, seed: int) -> Path:
+    """Where the seed's warm start is saved (one per model and seed): ``<output-dir>/warm/<model>/seed<k>``."""
+    tiny = f"tiny-{args.hidden}x{args.layers}" + ("-domain" if args.tokenizer == "domain" else "")
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", args.policy if args.policy != "hf:tiny" else tiny)
+    return Path(args.output_dir) / "warm" / slug / f"seed{seed}"
+
+
 def warm_start(args: argparse.Namespace, seed: int) -> Path:
     """The seed's SFT warm start on search demonstrations (a transformers directory), trained once."""
     import torch
@@ -66,9 +73,7 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
     from prm_gym.core.models import tiny_model
     from prm_gym.training.sft import sft
 
-    tiny = f"tiny-{args.hidden}x{args.layers}" + ("-domain" if args.tokenizer == "domain" else "")
-    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", args.policy if args.policy != "hf:tiny" else tiny)
-    out = Path(args.output_dir) / "warm" / slug / f"seed{seed}"  # one warm start per model and seed
+    out = warm_dir(args, seed)
     if (out / "sft" / "config.json").exists():
         return out / "sft"
     largs = argparse.Namespace(policy=args.policy, seed=seed, hidden=args.hidden, layers=args.layers)

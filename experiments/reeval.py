@@ -50,7 +50,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tag = f"reeval-unseen-{args.eval_unseen}"
     summary: dict[str, Any] = {"eval_unseen": args.eval_unseen, "samples": args.eval_samples, "comparisons": {}}
     seeds = range(args.seeds)
-    warm = [cs.warm_start(args, s) for s in seeds]  # trained already: only found
+    warm = [cs.warm_dir(args, s) / "sft" for s in seeds]
+    missing = [str(w) for w in warm if not (w / "config.json").exists()]
+    if missing:  # evaluate a finished study, never train one
+        raise SystemExit(
+            f"reeval: no warm start at {', '.join(missing)}; run the study (compare --task search) "
+            "with the same flags and --output-dir first"
+        )
     starts = [_evaluate(w, args, s, w.parent / f"{tag}.json")["success"] for s, w in zip(seeds, warm, strict=True)]
     summary["warm_start_success"] = compare_stats.mean_se(starts)
     for which, arms in cs.COMPARISONS.items():

@@ -231,3 +231,11 @@ def test_compare_search_shortened(tmp_path: Path) -> None:
     again = reeval([*flags, "--eval-unseen", "3"])  # the finished models, on questions no training one shares
     assert set(again["comparisons"]) == {"tree", "process"} and again["warm_start_success"]["n"] == 1
     assert (tmp_path / "runs" / "seed0" / "grpo" / "reeval-unseen-3.json").exists()
+
+
+def test_reeval_refuses_a_directory_without_a_finished_study(tmp_path: Path) -> None:
+    from experiments.reeval import main as reeval
+
+    with pytest.raises(SystemExit, match="no warm start at .*run the study"):
+        reeval(["--seeds", "1", "--eval-unseen", "2", "--output-dir", str(tmp_path)])
+    assert not (tmp_path / "warm").exists()  # nothing was trained
