@@ -236,6 +236,6 @@ def test_compare_search_shortened(tmp_path: Path) -> None:
 def test_reeval_refuses_a_directory_without_a_finished_study(tmp_path: Path) -> None:
     from experiments.reeval import main as reeval
 
-    with pytest.raises(SystemExit, match="no warm start at .*run the study"):
+    with pytest.raises(SystemExit, match=r"no warm start at .*run the study"):
         reeval(["--seeds", "1", "--eval-unseen", "2", "--output-dir", str(tmp_path)])
     assert not (tmp_path / "warm").exists()  # nothing was trained
