@@ -11,6 +11,7 @@ demonstration is an episode the env itself rewards; the SFT warm starts of
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,10 @@ def unseen_questions(n: int, path: Path, env_kwargs: Mapping[str, Any] | None = 
             break
     if len(out) < n:
         raise ValueError(f"only {len(out)} unseen multi-hop questions exist in this world; ask for fewer")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    text = "".join(json.dumps(r) + "\n" for r in out)
+    if not path.exists() or path.read_text() != text:  # seeds run as parallel processes read it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        part.write_text(text)
+        os.replace(part, path)  # atomic: a reader sees the old file or the whole new one
     return path

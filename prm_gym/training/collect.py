@@ -15,19 +15,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prm_gym.agents.rollout import Trajectory
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env
 from prm_gym.core.tasks import Task
 from prm_gym.rewards.combine import CombineConfig
-from prm_gym.training.batch import Grouping, compute_advantages, outcome_and_process
+from prm_gym.training.batch import compute_advantages, outcome_and_process
 from prm_gym.training.config import LossConfig, TrainConfig
 from prm_gym.training.curriculum import DifficultyTracker
 from prm_gym.training.mixture import draw_tasks, task_key, uniform_chooser
 from prm_gym.training.recipes import resample_on_correct
 from prm_gym.training.run import Run
 from prm_gym.training.sources import Job, RolloutSource
-from prm_gym.training.units import RolloutUnit, merge_units
+from prm_gym.training.units import RolloutUnit
 from prm_gym.training.worker import CollectStats
 
 
@@ -187,8 +186,3 @@ class StepCollector:
             unit.leaves, self.cfg.group_size, self.cfg.loss.outcome_terms, r.success_threshold, rng
         )
         return RolloutUnit.chain(kept)
-
-
-def as_batch(units: Sequence[RolloutUnit]) -> tuple[list[Trajectory], Grouping, dict[str, float]]:
-    """A step's units as one batch: trajectories, grouping and sampling budget (indices renumbered)."""
-    return merge_units(units).as_batch()

@@ -24,7 +24,7 @@ from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.units import RolloutUnit
-from prm_gym.training.worker import EVAL_CHUNK, CollectStats, Job, RolloutWorker, WorkerSpec
+from prm_gym.training.worker import CollectStats, Job, RolloutWorker, WorkerSpec, eval_chunks
 
 
 class RayRollouts:
@@ -151,10 +151,10 @@ class RayRollouts:
     def evaluate(
         self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
     ) -> list[Trajectory]:
-        """Held-out episodes, in chunks of :data:`prm_gym.training.worker.EVAL_CHUNK` spread over
+        """Held-out episodes, in chunks (:func:`prm_gym.training.worker.eval_chunks`) spread over
         the actors (each has the newest weights: an actor runs its calls in order); a chunk whose
         actor died is replayed on its replacement (up to ``max_retries`` times). In order."""
-        chunks = [list(episodes[i : i + EVAL_CHUNK]) for i in range(0, len(episodes), EVAL_CHUNK)]
+        chunks = eval_chunks(episodes)
         out: list[list[Trajectory]] = []
         for lo in range(0, len(chunks), len(self.actors)):
             wave = list(enumerate(chunks[lo : lo + len(self.actors)]))

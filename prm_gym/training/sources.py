@@ -31,7 +31,7 @@ from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.training.config import TrainConfig, TreeConfig
 from prm_gym.training.lora import is_lora, merged_state_dict, plain_copy, save_adapter
 from prm_gym.training.units import RolloutUnit
-from prm_gym.training.worker import EVAL_CHUNK, CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec
+from prm_gym.training.worker import CollectStats, Job, RolloutWorker, ServedAdapter, WorkerSpec, eval_chunks
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -115,8 +115,7 @@ class LocalRollouts:
     def evaluate(
         self, env_id: str, episodes: Sequence[tuple[str, int]], sampling: SamplingParams, max_context_tokens: int
     ) -> list[Trajectory]:
-        chunks = [episodes[i : i + EVAL_CHUNK] for i in range(0, len(episodes), EVAL_CHUNK)]
-        done = self._each(chunks, lambda w, part: w.evaluate(env_id, part, sampling, max_context_tokens))
+        done = self._each(eval_chunks(episodes), lambda w, part: w.evaluate(env_id, part, sampling, max_context_tokens))
         return [t for part in done for t in part]
 
     def _each(self, items: Sequence[T], call: Callable[[RolloutWorker, T], R]) -> list[R]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
 from prm_gym.training.batch import build_batch
-from prm_gym.training.collect import Collected, StepCollector, as_batch, make_tracker
+from prm_gym.training.collect import Collected, StepCollector, make_tracker
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.ddp import setup_learner
 from prm_gym.training.evaluation import evaluate
@@ -29,6 +29,7 @@ from prm_gym.training.prime import PrimeCredit
 from prm_gym.training.run import Run, build_run, checkpoint, checkpoint_due
 from prm_gym.training.sources import learner_config, make_source, weight_publisher
 from prm_gym.training.trackers import open_trackers
+from prm_gym.training.units import merge_units
 from prm_gym.training.update import learner_step
 
 
@@ -63,7 +64,7 @@ def train(cfg: TrainConfig) -> Run:
                 collected, report.wait_s = prefetch.get(run.step)
                 collected.units = admit(collected.units, run.policy.version, a.max_staleness, a.stale, report)
             collected, report = learner.broadcast((collected, report))
-            trajs, grouping, extra = as_batch(collected.units)
+            trajs, grouping, extra = merge_units(collected.units).as_batch()
             t1 = time.perf_counter()
             values: dict[str, float] = {**extra, **collected.stats, **report.as_metrics(), "rollout_s": t1 - t0}
             if trajs:

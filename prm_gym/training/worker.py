@@ -33,6 +33,11 @@ EVAL_CHUNK = 32
 """Held-out episodes a worker plays side by side in one batched rollout (:meth:`RolloutWorker.evaluate`)."""
 
 
+def eval_chunks(episodes: Sequence[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """``episodes`` cut into the :data:`EVAL_CHUNK`-sized batches rollout sources hand their workers."""
+    return [list(episodes[i : i + EVAL_CHUNK]) for i in range(0, len(episodes), EVAL_CHUNK)]
+
+
 class Job(NamedTuple):
     """One unit of work: a GRPO group's ``task_id`` and episode ``seeds`` (for a Tree-GRPO job the
     seeds are ``[reset seed, run seed, step]`` and seed the branch points), played in ``env`` (an env
