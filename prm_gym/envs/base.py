@@ -48,7 +48,6 @@ from prm_gym.rewards.types import Turn
 #: The most characters one observation may hold.
 MAX_OBS_CHARS = 1 << 20
 _RESPONSE_TAGS = ("<tool_response>", "</tool_response>")
-__all__ = ["MAX_OBS_CHARS", "ToolEnv", "cap_text"]
 
 
 def _escape_markup(text: str) -> str:

@@ -41,6 +41,7 @@ from prm_gym.training.batch import outcome_and_process
 from prm_gym.training.config import TrainConfig
 from prm_gym.training.mixture import task_key
 from prm_gym.training.run import env_factory
+from prm_gym.training.worker import eval_chunks
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,12 @@ class Episodes(Protocol):
 
 
 class InProcess:
-    """:class:`Episodes` played here with ``policy``, ``chunk`` episodes side by side (tasks mixed,
-    so sampling batches across them), each env built once and reused."""
+    """:class:`Episodes` played here with ``policy``, in the rollout workers' chunks
+    (:func:`prm_gym.training.worker.eval_chunks`: tasks mixed, so sampling batches across them),
+    each env built once and reused."""
 
-    def __init__(self, policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig, chunk: int = 32):
-        self.policy, self.chat, self.cfg, self.chunk = policy, chat, cfg, chunk
+    def __init__(self, policy: Policy | ChatPolicy, chat: ChatTemplate, cfg: TrainConfig):
+        self.policy, self.chat, self.cfg = policy, chat, cfg
         self.envs: dict[str, list[Any]] = {}
 
     def evaluate(
@@ -166,8 +168,7 @@ class InProcess:
         envs = self.envs.setdefault(env_id, [])
         make = env_factory(env_id, self.chat.env_kwargs(self.cfg.eval_env_kwargs_for(env_id)), self.cfg.env_url)
         out: list[Trajectory] = []
-        for lo in range(0, len(episodes), self.chunk):
-            part = episodes[lo : lo + self.chunk]
+        for part in eval_chunks(episodes):
             while len(envs) < len(part):
                 envs.append(make())
             out += rollout_episodes(envs, self.policy, self.chat, part, sampling, max_context_tokens)
