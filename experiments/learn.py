@@ -44,6 +44,7 @@ import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.core.memory import release
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env
@@ -186,6 +187,7 @@ def play(
             )
     for env in envs:
         env.close()
+    release()  # the episodes' KV caches leave the process (the next phase allocates other shapes)
     return records
 
 
@@ -245,6 +247,7 @@ def phase_sft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         args.precision == "bf16",
         every=args.sft_every,
         checkpoint=checkpoint,
+        recompute=args.activation_checkpointing,
     )
     return {
         "demos": len(demos),
@@ -280,7 +283,17 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     steps = min(args.rft_max_steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
     print(f"RFT: {episodes} episodes, {len(kept)} distinct successes, {steps} fine-tuning steps", flush=True)
     if steps:
-        sft(model, list(kept.values()), steps, args.sft_lr, args.sft_batch, args.seed, args.precision == "bf16")
+        bf16 = args.precision == "bf16"
+        sft(
+            model,
+            list(kept.values()),
+            steps,
+            args.sft_lr,
+            args.sft_batch,
+            args.seed,
+            bf16,
+            recompute=args.activation_checkpointing,
+        )
     save_model(model, tok, out / "rft" / "model")
     return {"episodes": episodes, "successes": len(kept), "steps": steps}
 
@@ -304,7 +317,7 @@ def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         resume=True,
         tensorboard=False,
         sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=2048),
-        loss=LossConfig(micro_batch_size=args.micro_batch),
+        loss=LossConfig(micro_batch_size=args.micro_batch, activation_checkpointing=args.activation_checkpointing),
         eval=EvalConfig(
             env_kwargs=json.dumps(env_kwargs(args, "templates")),
             num_tasks=32,
@@ -338,6 +351,7 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
                     flush=True,
                 )
             del model
+            release()
         for s in SETS:
             for m in MODES:
                 results[f"{name}-{s}-{m}"] = json.loads((out / "evals" / f"{name}-{s}-{m}.json").read_text())
@@ -400,6 +414,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk", type=int, default=100, help="held-out episodes played as one batch")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="see train-agent --precision")
+    p.add_argument(
+        "--activation-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="SFT and GRPO learners recompute activations in the backward pass: the same updates, a third more "
+        "learner compute, the make-learn process within 4 GB (see --loss.activation-checkpointing)",
+    )
     return p.parse_args(argv)
 
 
@@ -415,6 +436,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             continue
         t0 = time.perf_counter()
         phases[name] = {**fn(out, args), "minutes": (time.perf_counter() - t0) / 60}
+        release()  # the phase's model, optimiser and activations leave the process
         (out / "phases.json").write_text(json.dumps(phases, indent=2))
         print(f"{name}: done in {phases[name]['minutes']:.1f} min", flush=True)
     t0 = time.perf_counter()

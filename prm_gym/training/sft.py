@@ -15,7 +15,7 @@ import torch
 
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.core.progress import bar
-from prm_gym.training.update import micro_logprobs
+from prm_gym.training.update import micro_logprobs, recomputing
 
 Demonstration = tuple[list[int], list[int]]
 """``(token_ids, loss_mask)`` of one recorded episode."""
@@ -77,35 +77,39 @@ def sft(
     bf16: bool,
     every: int = 0,
     checkpoint: Callable[[int], None] | None = None,
+    recompute: bool = False,
 ) -> float:
     """Cross-entropy on the demonstrations' assistant tokens (under bfloat16 autocast with ``bf16``);
     returns the last loss. With ``every``, ``checkpoint(step)`` is called after every ``every`` steps
-    (the model in eval mode), e.g. to score it on validation tasks and keep the best."""
+    (the model in eval mode), e.g. to score it on validation tasks and keep the best. With
+    ``recompute`` the decoder layers recompute their activations in the backward pass (the same
+    update, about a third more compute, activation memory of one layer: :func:`recomputing`)."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(0.0)
     progress = bar(steps, "SFT", "step", delay=0.0)
-    for step in range(steps):
-        rows = [demos[int(i)] for i in torch.randint(len(demos), (batch,), generator=gen)]
-        width = max(len(t) for t, _ in rows)
-        ids = torch.zeros(batch, width, dtype=torch.long)
-        mask = torch.zeros(batch, width)
-        attn = torch.zeros(batch, width, dtype=torch.long)
-        for b, (t, m) in enumerate(rows):
-            ids[b, : len(t)], mask[b, : len(m)], attn[b, : len(t)] = torch.tensor(t), torch.tensor(m), 1
-        lp = micro_logprobs(model, ids, attn, 0.0, bf16, mask)
-        loss = -(lp * mask).sum() / mask.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        progress.update(1)
-        progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
-        if checkpoint is not None and every and (step + 1) % every == 0:
-            model.eval()
-            checkpoint(step + 1)
-            model.train()
+    with recomputing(model, recompute):
+        for step in range(steps):
+            rows = [demos[int(i)] for i in torch.randint(len(demos), (batch,), generator=gen)]
+            width = max(len(t) for t, _ in rows)
+            ids = torch.zeros(batch, width, dtype=torch.long)
+            mask = torch.zeros(batch, width)
+            attn = torch.zeros(batch, width, dtype=torch.long)
+            for b, (t, m) in enumerate(rows):
+                ids[b, : len(t)], mask[b, : len(m)], attn[b, : len(t)] = torch.tensor(t), torch.tensor(m), 1
+            lp = micro_logprobs(model, ids, attn, 0.0, bf16, mask)
+            loss = -(lp * mask).sum() / mask.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            progress.update(1)
+            progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+            if checkpoint is not None and every and (step + 1) % every == 0:
+                model.eval()
+                checkpoint(step + 1)
+                model.train()
     progress.close()
     model.eval()
     return float(loss.detach())

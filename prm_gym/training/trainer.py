@@ -18,6 +18,7 @@ from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
+from prm_gym.core.memory import release
 from prm_gym.training.asyncrl import Prefetcher, StalenessReport, admit
 from prm_gym.training.batch import build_batch
 from prm_gym.training.collect import Collected, StepCollector, make_tracker
@@ -86,6 +87,7 @@ def train(cfg: TrainConfig) -> Run:
                     )
                 )
                 run.policy.version += 1
+                release(collect=False)  # the step's freed activations leave the process before sampling resumes
                 learner.after_step(run, checkpoint_due=checkpoint_due(cfg, run.step + 1))
                 if publish is not None:
                     publish(wait=prefetch is None or prefetch.depth == 0)

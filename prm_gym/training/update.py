@@ -3,6 +3,8 @@ truncated importance-sampling correction and an optional KL to a reference."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -138,15 +140,28 @@ def learner_step(
     if not rows:
         return {"loss": 0.0, "trained_rows": 0.0}
     model.train()
-    recompute = cfg.activation_checkpointing and getattr(model, "supports_gradient_checkpointing", False)
-    if recompute:
+    try:
+        with recomputing(model, cfg.activation_checkpointing):
+            return _steps(model, optimizer, batch, cfg, rows, ref, temperature, autocast)
+    finally:
+        model.eval()
+
+
+@contextmanager
+def recomputing(model: Any, on: bool) -> Iterator[None]:
+    """Inside the block, with ``on``, the decoder layers of ``model`` (in train mode) keep only their
+    inputs and recompute their activations in the backward pass (transformers' activation
+    checkpointing, ``--loss.activation-checkpointing``): the same gradients, a third forward pass
+    more, and activation memory of one layer instead of all. A model that does not support it is
+    left as it is."""
+    on = on and bool(getattr(model, "supports_gradient_checkpointing", False))
+    if on:
         _checkpointing(model, True)
     try:
-        return _steps(model, optimizer, batch, cfg, rows, ref, temperature, autocast)
+        yield
     finally:
-        if recompute:
+        if on:
             _checkpointing(model, False)
-        model.eval()
 
 
 def _checkpointing(model: Any, on: bool) -> None:

@@ -115,3 +115,46 @@ def test_activation_checkpointing_gives_the_same_update() -> None:
     assert loss_a == pytest.approx(loss_b, abs=1e-6)
     for a, b in zip(params_a, params_b, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_recomputing_keeps_fewer_activations_for_the_backward() -> None:
+    from prm_gym.training.update import recomputing
+
+    ids, attn, _ = _batch(500)
+    saved = {}
+    for on in (False, True):
+        model = tiny_model(500, seed=3, hidden=32, layers=4).train()
+        count = [0]
+
+        def pack(t: torch.Tensor, count: list[int] = count) -> torch.Tensor:
+            count[0] += t.numel()
+            return t
+
+        with recomputing(model, on), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(input_ids=ids, attention_mask=attn, use_cache=False)
+        saved[on] = count[0]
+        assert not model.is_activation_checkpointing
+    assert saved[True] < saved[False] / 2
+
+
+def test_sft_with_recompute_trains_the_same_with_recomputation_on() -> None:
+    from prm_gym.training.sft import sft
+
+    ids, _, mask = _batch(500)
+    demos = [(row.tolist(), m.int().tolist()) for row, m in zip(ids, mask, strict=True)]
+    after = []
+    for recompute in (False, True):
+        model = tiny_model(500, seed=3, hidden=32, layers=2)
+        seen: list[bool] = []
+
+        def look(_: int, model: Any = model, seen: list[bool] = seen) -> None:
+            seen.append(model.is_activation_checkpointing)
+
+        loss = sft(model, demos, 2, 0.1, 2, 0, False, every=1, checkpoint=look, recompute=recompute)
+        assert seen == [recompute, recompute]
+        after.append((loss, [p.detach().clone() for p in model.parameters()]))
+        assert not model.is_activation_checkpointing and not model.training
+    (loss_a, params_a), (loss_b, params_b) = after
+    assert loss_a == pytest.approx(loss_b, abs=1e-6)
+    for a, b in zip(params_a, params_b, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
