@@ -26,6 +26,7 @@ the two sides' models sample their own episodes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -57,13 +58,12 @@ def side_ours(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import prm_gym.training.trainer as trainer_module
-    from prm_gym.agents.hf import HFPolicy
     from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
     from prm_gym.training.trainer import train
 
     clock = {"gen": 0.0}
     parts: list[dict[str, Any]] = []
-    generate, learner_step = HFPolicy.generate, trainer_module.learner_step
+    learner_step = trainer_module.learner_step
 
     def timed_generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
@@ -79,13 +79,15 @@ def side_ours(a: argparse.Namespace) -> dict[str, Any]:
         clock["gen"] = 0.0
         return out
 
-    HFPolicy.generate = timed_generate  # type: ignore[method-assign]
+    sampler = type_of_sampler(a)
+    generate = sampler.generate
+    sampler.generate = timed_generate  # type: ignore[method-assign]
     trainer_module.learner_step = timed_learner_step  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as out:
         cfg = TrainConfig(
             env="prm/Math-v0",
             env_kwargs=json.dumps(env_kwargs(a.turns)),
-            policy=a.policy,
+            policy=ours_policy(a),
             tools_prompt="compact",
             group_size=GROUP,
             tasks_per_step=TASKS,
@@ -100,7 +102,8 @@ def side_ours(a: argparse.Namespace) -> dict[str, Any]:
             loss=LossConfig(micro_batch_size=MICRO, activation_checkpointing=a.checkpointing),
             eval=EvalConfig(every=0),
         )
-        train(cfg)
+        with GPUWatch() as gpu:
+            train(cfg)
         rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
     peak = peak_mib()  # before the bare loop below, which is not part of training
     steps = [r for r in rows if "rollout_s" in r][a.warmup :]
@@ -118,8 +121,76 @@ def side_ours(a: argparse.Namespace) -> dict[str, Any]:
         "gen_ids_per_episode": [r["gen_tokens_per_traj"] for r in steps],
         "turns_per_episode": [r["turns"] for r in steps],
         "reward": [r["reward"] for r in steps],
+        "tokens_per_s": [r["generated_tokens"] / p["gen_s"] for r, p in zip(steps, timed, strict=True)],
         "peak_mib": peak,
+        **gpu.report(),
     }
+
+
+def ours_policy(a: argparse.Namespace) -> str:
+    """The trainer's ``--policy``: ``--policy`` itself, or with ``--sampler vllm-engine`` the in-process
+    vLLM engine on ``--policy``'s model folder (``hf:<dir>``)."""
+    if a.sampler == "hf":
+        return str(a.policy)
+    if not a.policy.startswith("hf:") or not Path(a.policy[3:]).is_dir():
+        raise SystemExit(f"--sampler vllm-engine needs --policy hf:<a transformers model folder>, not {a.policy}")
+    return f"vllm-engine:{a.policy[3:]}"
+
+
+def type_of_sampler(a: argparse.Namespace) -> Any:
+    """The sampler class whose ``generate`` calls are clocked."""
+    if a.sampler == "hf":
+        from prm_gym.agents.hf import HFPolicy
+
+        return HFPolicy
+    from prm_gym.agents.vllm_engine import VLLMEnginePolicy
+
+    return VLLMEnginePolicy
+
+
+class GPUWatch:
+    """While active, samples the GPU's busy share (``torch.cuda.utilization``, NVML) and its memory in
+    use (``torch.cuda.mem_get_info``: every process's, vLLM's reserved KV cache included) every
+    0.2 s; reports nothing without CUDA."""
+
+    def __enter__(self) -> GPUWatch:
+        import threading
+
+        import torch
+
+        self.busy: list[float] = []
+        self.used: list[float] = []
+        self.cuda = torch.cuda.is_available()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        if self.cuda:
+            self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        import torch
+
+        while not self.stop.wait(0.2):
+            with contextlib.suppress(Exception):  # NVML missing: the busy share is left out, memory still sampled
+                self.busy.append(float(torch.cuda.utilization()))
+            free, total = torch.cuda.mem_get_info()
+            self.used.append((total - free) / 2**20)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.cuda:
+            self.thread.join()
+
+    def report(self) -> dict[str, Any]:
+        if not self.cuda:
+            return {}
+        import torch
+
+        out: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "gpu_mem_peak_mib": max(self.used, default=0.0)}
+        out["gpu_torch_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        if self.busy:
+            out["gpu_busy_share"] = statistics.mean(self.busy) / 100
+        return out
 
 
 def bare_learner(model: Any, opt: Any, batch: Any, recompute: bool, bf16: bool) -> float:
@@ -230,16 +301,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--policy", default="hf:smollm2-135m", help="hf:smollm2-135m or hf:<dir> (e.g. runs/learn/sft/model)"
     )
     p.add_argument("--steps", type=int, default=2, help="timed steps per round")
-    p.add_argument("--warmup", type=int, default=1, help="steps dropped at the start of each round")
+    p.add_argument("--warmup", type=int, default=1, help="steps dropped at the start of each round (>= 1: our first "
+                   "step's sampling clock also holds the trainer's step-0 evaluation)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--max-new", type=int, default=48)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing on both sides")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--sides", default="trl,ours", help="trl,ours (default), or one of them")
+    p.add_argument("--sampler", choices=["hf", "vllm-engine"], default="hf", help="our side's sampler")
+    p.add_argument("--json", help="also write every step's figures here")
     p.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.warmup < 1 or a.steps < 1:
+        p.error("--warmup and --steps take at least 1")
+    return a
 
 
 def child(a: argparse.Namespace) -> None:
@@ -255,10 +333,13 @@ def main() -> None:
     if a.side:
         return child(a)
     names = {"trl": "TRL GRPOTrainer", "ours": "prm-gym trainer"}
-    runs: dict[str, list[dict[str, Any]]] = {"trl": [], "ours": []}
+    sides = [s for s in ("trl", "ours") if s in a.sides.split(",")]
+    if not sides:
+        raise SystemExit(f"--sides takes trl, ours or trl,ours, not {a.sides!r}")
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     for r in range(a.rounds):
-        for side in ("trl", "ours") if r % 2 == 0 else ("ours", "trl"):
+        for side in sides if r % 2 == 0 else sides[::-1]:
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 cmd = [sys.executable, __file__, *sys.argv[1:], "--side", side, "--out", f.name]
                 t0 = time.perf_counter()
@@ -292,17 +373,40 @@ def main() -> None:
             f"{m['peak']:,.0f} MiB; {m['gen']:.1f} completion ids/episode, {m['turns']:.2f} env turns/episode, "
             f"mean return {m['reward']:.3f}"
         )
-    parts = {k: [x for r in runs["ours"] for x in r[k]] for k in ("step_s", "gen_s", "learner_s", "bare_learner_s")}
-    step, gen = statistics.median(parts["step_s"]), statistics.median(parts["gen_s"])
-    learn, bare = statistics.median(parts["learner_s"]), statistics.median(parts["bare_learner_s"])
+    if a.json:
+        Path(a.json).write_text(json.dumps({"args": vars(a), "runs": runs, "medians": med}, indent=2))
+    if "ours" in runs:
+        whole_step(runs["ours"])
+    if "trl" in runs and "ours" in runs:
+        compare(a, med["ours"], med["trl"])
+
+
+def whole_step(rs: list[dict[str, Any]]) -> None:
+    """Our step against the sum of its bare parts, and the GPU's figures when there was one."""
+    pool = {
+        k: [x for r in rs for x in r[k]] for k in ("step_s", "gen_s", "learner_s", "bare_learner_s", "tokens_per_s")
+    }
+    step, gen = statistics.median(pool["step_s"]), statistics.median(pool["gen_s"])
+    learn, bare = statistics.median(pool["learner_s"]), statistics.median(pool["bare_learner_s"])
     rest = step - gen - learn
     print(
         f"our step, medians over steps: {step:.1f} s = sampler generate calls {gen:.1f} s + learner {learn:.1f} s + "
         f"the rest {rest:.1f} s (envs, tool calls, judges, batch, bookkeeping: {rest / step:.1%}); bare learner on "
         f"the same batches {bare:.1f} s (learner / bare {learn / bare:.2f}x); whole step / (generate + bare "
-        f"learner) = {step / (gen + bare):.2f}x (goal <= 1.2x)"
+        f"learner) = {step / (gen + bare):.2f}x (goal <= 1.2x); sampling {statistics.median(pool['tokens_per_s']):.0f} "
+        "generated tokens/s inside generate"
     )
-    ours, trl = med["ours"], med["trl"]
+    if "gpu" in rs[0]:
+        busy = [r["gpu_busy_share"] for r in rs if "gpu_busy_share" in r]
+        share = f"busy share {statistics.mean(busy):.0%} of the sampled time" if busy else "busy share not read (NVML)"
+        print(
+            f"GPU {rs[0]['gpu']}: memory in use at most {max(r['gpu_mem_peak_mib'] for r in rs):,.0f} MiB (all "
+            f"processes, vLLM's reserved KV cache included), torch peak "
+            f"{max(r['gpu_torch_peak_mib'] for r in rs):,.0f} MiB; {share}"
+        )
+
+
+def compare(a: argparse.Namespace, ours: dict[str, float], trl: dict[str, float]) -> None:
     print(f"episodes/s ours / TRL: {ours['eps'] / trl['eps']:.2f}x (goal >= 1.5x); "
           f"peak RSS TRL / ours: {trl['peak'] / ours['peak']:.2f}x (goal >= 1)")  # fmt: skip
     sys.path.insert(0, str(Path(__file__).parent))

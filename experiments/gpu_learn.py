@@ -5,7 +5,11 @@ On one H200-class GPU, within ``--budget-s`` (600 s by default) of wall clock in
 1. ``experiments/learn.py`` (few-shot, SFT, RFT, GRPO on held-out word problems) with larger
    groups and 500 held-out tasks per set, into ``<output-dir>/learn`` (its ``summary.json`` and
    ``summary.md``);
-2. ``python -m experiments.compare --task search --which process`` (outcome only against
+2. ``benchmarks/bench_trl_step.py --sides ours --sampler vllm-engine``: our GRPO step on
+   prm/Math-v0 from the learn study's SFT model, sampling with the in-process vLLM engine
+   (episodes/s, generated tokens/s, the step split into sampling, learner and the rest, GPU
+   memory in use and the GPU's busy share), into ``<output-dir>/step.json``;
+3. ``python -m experiments.compare --task search --which process`` (outcome only against
    retrieval credit and IGPO's information gain, 3 seeds, SmolLM2-135M) sampling with the
    in-process vLLM engine (``--sampler vllm-engine``), larger groups and 500 held-out tasks, into
    ``<output-dir>/compare-search`` (``process/summary.json`` and its plots).
@@ -40,6 +44,10 @@ LEARN_DRY = ["--policy", "hf:tiny", "--train-tasks", "40", "--val-tasks", "4", "
 LEARN_DRY += ["--sft-steps", "2", "--sft-every", "1", "--rft-max-steps", "1", "--steps", "1", "--group-size", "2"]
 LEARN_DRY += ["--tasks-per-step", "1", "--chunk", "4", "--max-new-tokens", "16", "--threads", "1", "--micro-batch", "2"]
 
+STEP = ["benchmarks/bench_trl_step.py", "--sides", "ours", "--rounds", "1", "--warmup", "1"]
+STEP_GPU = ["--sampler", "vllm-engine", "--steps", "3", "--threads", "8"]
+STEP_DRY = ["--policy", "hf:tiny", "--steps", "1", "--turns", "2", "--max-new", "8", "--threads", "1"]
+
 COMPARE = ["-m", "experiments.compare", "--task", "search", "--which", "process"]
 COMPARE_GPU = ["--policy", "hf:smollm2-135m", "--sampler", "vllm-engine", "--seeds", "3", "--steps", "20"]
 COMPARE_GPU += ["--trees", "4", "--expand-nodes", "3", "--tasks-per-step", "8", "--eval-tasks", "500"]
@@ -67,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="runs/gpu-learn")
     p.add_argument("--budget-s", type=float, default=600.0, help="wall clock for both phases together")
     p.add_argument("--dry-run", action="store_true", help="hf:tiny on the CPU at toy sizes, no GPU checks")
-    p.add_argument("--only", choices=["learn", "compare"], default=None, help="run one phase")
+    p.add_argument("--only", choices=["learn", "step", "compare"], default=None, help="run one phase")
     return p.parse_args(argv)
 
 
@@ -93,8 +101,11 @@ def phases(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     out = Path(args.output_dir)
     learn = ["-m", "experiments.learn", "--output-dir", str(out / "learn")]
     compare = [*COMPARE, "--output-dir", str(out / "compare-search")]
+    sft_model = ["--policy", f"hf:{out / 'learn' / 'sft' / 'model'}"]
+    step = [*STEP, "--json", str(out / "step.json"), *(STEP_DRY if args.dry_run else [*sft_model, *STEP_GPU])]
     runs = [
         ("learn", [*learn, *(LEARN_DRY if args.dry_run else LEARN_GPU)]),
+        ("step", step),
         ("compare", [*compare, *(COMPARE_DRY if args.dry_run else COMPARE_GPU)]),
     ]
     return [(name, argv) for name, argv in runs if args.only in (None, name)]

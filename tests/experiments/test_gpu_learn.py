@@ -34,8 +34,10 @@ def test_without_a_gpu_it_fails_fast_and_says_what_to_run(tmp_path: Path, capsys
 
 def test_the_gpu_phases_sample_with_the_vllm_engine_and_larger_groups(tmp_path: Path) -> None:
     mod = _module()
-    (learn, la), (compare, ca) = mod.phases(mod.parse_args(["--output-dir", str(tmp_path)]))
-    assert (learn, compare) == ("learn", "compare")
+    (learn, la), (step, sa), (compare, ca) = mod.phases(mod.parse_args(["--output-dir", str(tmp_path)]))
+    assert (learn, step, compare) == ("learn", "step", "compare")
+    assert sa[sa.index("--sampler") + 1] == "vllm-engine" and sa[sa.index("--sides") + 1] == "ours"
+    assert sa[sa.index("--policy") + 1] == f"hf:{tmp_path / 'learn' / 'sft' / 'model'}"  # the study's SFT model
     assert la[la.index("--eval-tasks") + 1] == "500" and int(la[la.index("--group-size") + 1]) >= 16
     assert ca[ca.index("--sampler") + 1] == "vllm-engine" and ca[ca.index("--eval-tasks") + 1] == "500"
     assert ca[ca.index("--which") + 1] == "process" and int(ca[ca.index("--seeds") + 1]) >= 3
@@ -48,6 +50,8 @@ def test_dry_run_with_the_tiny_model_on_cpu(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "experiments" / "gpu_learn.py"), "--dry-run", "--output-dir", str(tmp_path)]
     assert subprocess.run(cmd, cwd=ROOT, check=False, timeout=1700).returncode == 0
     record = json.loads((tmp_path / "gpu_learn.json").read_text())
-    assert {name: p["rc"] for name, p in record["phases"].items()} == {"learn": 0, "compare": 0}
+    assert {name: p["rc"] for name, p in record["phases"].items()} == {"learn": 0, "step": 0, "compare": 0}
+    step = json.loads((tmp_path / "step.json").read_text())
+    assert step["runs"]["ours"][0]["episodes_per_s"][0] > 0 and step["runs"]["ours"][0]["gen_s"][0] > 0
     assert (tmp_path / "learn" / "summary.json").exists()
     assert (tmp_path / "compare-search" / "process" / "summary.json").exists()
