@@ -60,3 +60,33 @@ def test_paired_difference_counts_discordant_tasks(study: ModuleType) -> None:
     diffs = [-1, -1, 0, 0, 0, 1, 1, 1, 1, 0]
     mean = sum(diffs) / 10
     assert c["se"] == pytest.approx((sum((d - mean) ** 2 for d in diffs) / 9 / 10) ** 0.5)
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-activation-checkpointing"]])
+def test_both_learners_recompute_activations_unless_told_not_to(
+    study: ModuleType, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: list[str]
+) -> None:
+    """make learn keeps its learner steps within its 4 GB budget by recomputing activations
+    (docs/benchmarks.md: bench_learn_memory.py); dropping that silently would double the peak."""
+    args = study.parse_args(["--output-dir", str(tmp_path), *flag])
+    seen: dict[str, bool] = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_train(cfg: Any) -> None:
+        seen["grpo"] = cfg.loss.activation_checkpointing
+        raise Stop
+
+    def fake_sft(*_: Any, recompute: bool = False, **__: Any) -> None:
+        seen["sft"] = recompute
+        raise Stop
+
+    monkeypatch.setattr("prm_gym.training.trainer.train", fake_train)
+    monkeypatch.setattr(study, "sft", fake_sft)
+    monkeypatch.setattr(study, "load_hf", lambda *_: (None, tiny_tokenizer))
+    monkeypatch.setattr(study, "demonstrations", lambda *_: [])
+    for phase in (study.phase_grpo, study.phase_sft):
+        with pytest.raises(Stop):
+            phase(tmp_path, args)
+    assert seen == {"grpo": not flag, "sft": not flag}
