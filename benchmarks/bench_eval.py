@@ -13,7 +13,10 @@ to the turn limit. The two sides, alternated in one process on the same weights 
 * ``reuse`` (the library's default): each episode's next turn prefills only its new ids (the last
   call's KV cache is kept) and distinct prompts prefill their common system prompt once;
 * ``recompute`` (``HFPolicy(reuse_prefixes=False)``, the sampler before): every turn prefills the
-  episode's whole context, distinct prompts separately.
+  episode's whole context, distinct prompts separately;
+* ``unpacked`` (reuse on, ``prm_gym.agents.hf.COMPACT_AT = 0``): rows whose turn has stopped stay in
+  the batch until every row of the call has stopped, as before #34; ``reuse`` drops them once at
+  most half the batch is still sampling. The two sample the same ids (a test checks it).
 
 Printed: episodes/s of each side and the success each measured (the same tasks and seeds; success
 figures agree within sampling noise, not bit for bit: reuse changes floating-point rounding).
@@ -75,10 +78,14 @@ def main() -> None:
                 Clocked.spent += time.perf_counter() - t
 
     sampling_alone: list[float] = []
-    rates: dict[str, list[float]] = {"reuse": [], "recompute": []}
-    success: dict[str, list[float]] = {"reuse": [], "recompute": []}
+    import prm_gym.agents.hf as hf
+
+    packed_at = hf.COMPACT_AT
+    rates: dict[str, list[float]] = {"reuse": [], "recompute": [], "unpacked": []}
+    success: dict[str, list[float]] = {"reuse": [], "recompute": [], "unpacked": []}
     for _ in range(args.rounds):
-        for side in ("recompute", "reuse"):
+        for side in ("recompute", "unpacked", "reuse"):
+            hf.COMPACT_AT = 0.0 if side == "unpacked" else packed_at
             policy = Clocked(model, tok, seed=cfg.seed + 7919, sample_dtype="bfloat16", reuse_prefixes=side == "reuse")
             here = InProcess(policy, chat, cfg)  # plays with this policy as it is (clocked)
             Clocked.spent = 0.0
@@ -112,6 +119,16 @@ def main() -> None:
         "episodes/s",
         "higher",
         spread=f"ours {spread(rates['reuse'])}, baseline {spread(rates['recompute'])}",
+    )
+    emit(
+        "eval",
+        "make-learn base evaluation, finished rows leave the batch (episodes/s)",
+        median(rates["reuse"]),
+        median(rates["unpacked"]),
+        "the same evaluation keeping every row in the batch until all have stopped",
+        "episodes/s",
+        "higher",
+        spread=f"ours {spread(rates['reuse'])}, baseline {spread(rates['unpacked'])}",
     )
     print(f"sampling alone (reuse): {median(sampling_alone):.2f} episodes/s")
     emit(

@@ -126,10 +126,15 @@ class HFPolicy:
         done = torch.zeros(n, dtype=torch.bool)
         last_pos = mask.sum(-1) - 1
         prefill_mask = mask
+        active = torch.arange(n)  # the rows the cache holds, in its batch order
+        kept: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}  # caches of rows dropped from the batch
         eos = self.tokenizer.eos_token_id
         stop_window = max((len(s) for s in params.stop), default=0) + 2
         steps = 0
         for step in range(params.max_new_tokens):
+            if len(active) < n:  # every row draws from the RNG each step, live or not, so dropping rows
+                full = logits.new_zeros((n, logits.shape[-1]))  # changes nobody's draws
+                logits = full.index_copy(0, active.to(device), logits)
             logp = torch.log_softmax(logits.float() / max(params.temperature, 1e-6), dim=-1)
             if params.temperature == 0:
                 tok = logp.argmax(-1)
@@ -147,16 +152,26 @@ class HFPolicy:
             steps = step + 1
             if bool(done.all()) or steps == params.max_new_tokens:
                 break  # the last sampled ids need no forward
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=-1)
+            if int((~done[active]).sum()) <= len(active) * COMPACT_AT:
+                keep = (~done[active]).nonzero().squeeze(-1)
+                if self.reuse_prefixes:
+                    _keep_rows(kept, past, prefill_mask, keys, rows, active, (done[active]).nonzero().squeeze(-1))
+                past.reorder_cache(keep.to(device))  # the finished rows leave the batch
+                active, mask, last_pos, prefill_mask = active[keep], mask[keep], last_pos[keep], prefill_mask[keep]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=-1)
             last_pos = last_pos + 1
             step_arg = {_cache_arg(model): past}
             out = model(
-                input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos[:, None], use_cache=True, **step_arg
+                input_ids=tok[active.to(device)][:, None],
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                use_cache=True,
+                **step_arg,
             )
             past, logits = _cache_of(out), out.logits[:, -1, :]
         self._prefixes = None  # the last call's caches are consumed (or stale) either way
         if self.reuse_prefixes:
-            self._prefixes = _remember(past, prefill_mask, keys, rows, (id(model), self.version))
+            self._prefixes = _remember(past, prefill_mask, keys, rows, active, kept, (id(model), self.version))
         return rows, lps, finish
 
     def _hit_stop(self, row: list[int], stop: Sequence[str], window: int) -> bool:
@@ -200,27 +215,59 @@ def _plain_layers(cache: Any) -> list[Any] | None:
     return list(layers)
 
 
-def _remember(
-    past: Any, prefill_mask: Any, keys: list[tuple[int, ...]], rows: list[list[int]], owner: tuple[int, int]
-) -> _Prefixes | None:
-    """Each row's cache over its real ids (prompt + sampled ids but the last), without padding."""
+COMPACT_AT = 0.5
+"""A sampling call drops its finished rows from the batch once at most this share of the rows in
+the batch is still sampling (so a turn whose rows stop at different lengths stops computing the
+stopped ones, at most ``log2(rows)`` re-packings of the cache a call)."""
+
+
+def _keep_rows(
+    entries: dict[tuple[int, ...], list[tuple[Any, Any]]],
+    past: Any,
+    prefill_mask: Any,
+    keys: list[tuple[int, ...]],
+    rows: list[list[int]],
+    active: Any,
+    positions: Any,
+) -> None:
+    """Add to ``entries`` the cache of each batch row at ``positions`` over its real ids (prompt +
+    sampled ids but the last), without padding: ``active[p]`` is the row's index in ``keys``."""
     import torch
 
     layers = _plain_layers(past)
     if layers is None:
-        return None
+        return
     width = prefill_mask.shape[1]
-    entries: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}
-    for b, (key, row) in enumerate(zip(keys, rows, strict=True)):
+    for p in positions.tolist():
+        b = int(active[p])
+        key, row = keys[b], rows[b]
         if len(row) < 2:
             continue
         seq = key + tuple(row[:-1])
         if seq in entries:
             continue
-        cols = torch.cat([prefill_mask[b].nonzero().squeeze(-1), torch.arange(width, width + len(row) - 1)])
+        cols = torch.cat([prefill_mask[p].nonzero().squeeze(-1), torch.arange(width, width + len(row) - 1)])
         cols = cols.to(prefill_mask.device)
-        entries[seq] = [(x.keys[b : b + 1, :, cols], x.values[b : b + 1, :, cols]) for x in layers]
-    return _Prefixes(owner, entries)
+        entries[seq] = [(x.keys[p : p + 1, :, cols], x.values[p : p + 1, :, cols]) for x in layers]
+
+
+def _remember(
+    past: Any,
+    prefill_mask: Any,
+    keys: list[tuple[int, ...]],
+    rows: list[list[int]],
+    active: Any,
+    kept: dict[tuple[int, ...], list[tuple[Any, Any]]],
+    owner: tuple[int, int],
+) -> _Prefixes | None:
+    """Each row's cache over its real ids: the rows still in the batch (``active``) added to the ones
+    ``kept`` when they left it."""
+    import torch
+
+    if _plain_layers(past) is None:
+        return None
+    _keep_rows(kept, past, prefill_mask, keys, rows, active, torch.arange(len(active)))
+    return _Prefixes(owner, kept)
 
 
 def _common_prefix(keys: Sequence[tuple[int, ...]]) -> int:

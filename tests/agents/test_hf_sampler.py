@@ -101,3 +101,31 @@ def test_a_weights_update_drops_the_kept_prefixes(model: Any, tiny_tokenizer: An
     seen = _prefill_rows(model)
     policy.generate([tiny_tokenizer.encode("hello there") + g.token_ids + [5, 6]], GREEDY)
     assert seen == [1]  # prefilled whole: nothing kept from the old weights was used
+
+
+def test_finished_rows_leave_the_batch_and_nothing_sampled_changes(
+    model: Any, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import prm_gym.agents.hf as hf
+
+    prompts = [tiny_tokenizer.encode(f"Question {i}: what is {i} * {i + 7}?") for i in range(8)]
+    stop = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")  # random rows stop at different lengths
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, stop=stop)
+    batch: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: batch.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True,
+    )
+    packed = _turns(HFPolicy(model, tiny_tokenizer, seed=7), prompts, tiny_tokenizer, params)
+    packed_batches = list(batch)
+    lengths = sorted(len(g.token_ids) for g in packed[0])
+    assert lengths[0] < lengths[-1]  # the rows did stop at different steps
+    assert min(packed_batches) < len(prompts)  # and the stopped ones left the batch
+    batch.clear()
+    monkeypatch.setattr(hf, "COMPACT_AT", 0.0)  # never re-pack: every row stays until the last one stops
+    whole = _turns(HFPolicy(model, tiny_tokenizer, seed=7), prompts, tiny_tokenizer, params)
+    assert set(batch) == {len(prompts)} and sum(batch) > sum(packed_batches)
+    for turn_packed, turn_whole in zip(packed, whole, strict=True):  # the same ids, log-probs and reasons,
+        for a, b in zip(turn_packed, turn_whole, strict=True):  # the kept caches of later turns included
+            assert (a.token_ids, a.finish_reason) == (b.token_ids, b.finish_reason)
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
