@@ -23,6 +23,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar
@@ -103,31 +104,37 @@ def _row_cost(width: int, value_bytes: int) -> int:
 def _chunk_bytes(chunk: Sequence[tuple[Any, ...]]) -> int:
     """:func:`row_bytes` summed over ``chunk`` (at most, NULLs counted as numbers), a column at a
     time in C loops: a column of strings or blobs sums its lengths, one of numbers only checks that
-    they add up (anything else cannot be added); NULLs send a column to a filtered pass, and only a
-    column that mixes numbers with text or blobs goes value by value."""
+    they add up (anything else cannot be added), each read in place; a column with NULLs is read
+    again without them, and only one that mixes numbers with text or blobs goes value by value."""
     if not chunk:
         return 0
-    width = len(chunk[0])
-    size = (56 + 8 * width + 49 * width) * len(chunk)
+    try:
+        return _columns_bytes(chunk, len(chunk[0]))
+    except IndexError:  # rows of several widths (never from a database): the columns all rows have
+        return _columns_bytes(chunk, min(map(len, chunk)))
+
+
+def _columns_bytes(chunk: Sequence[tuple[Any, ...]], width: int) -> int:
+    size = (56 + 8 * len(chunk[0]) + 49 * width) * len(chunk)
     for i in range(width):
-        col = list(map(itemgetter(i), chunk))
+        column = partial(map, itemgetter(i), chunk)
         try:  # the first value's kind is the usual kind of the whole column: try that first
-            if isinstance(col[0], str | bytes):
-                size += sum(map(len, col))
+            if isinstance(chunk[0][i], str | bytes):
+                size += sum(map(len, column()))
             else:
-                sum(col)
+                sum(column())
             continue
         except TypeError:  # a NULL, or a column of mixed kinds
             pass
         try:
-            sum(filter(None, col))  # numbers and NULLs only
+            sum(filter(None, column()))  # numbers and NULLs only
             continue
         except TypeError:
             pass
         try:
-            size += sum(map(len, filter(None, col)))  # strings or blobs and NULLs only
+            size += sum(map(len, filter(None, column())))  # strings or blobs and NULLs only
         except TypeError:
-            size += sum(len(v) if isinstance(v, str | bytes) else 0 for v in col)
+            size += sum(len(v) if isinstance(v, str | bytes) else 0 for v in column())
     return size
 
 
