@@ -13,9 +13,9 @@ import pytest
 
 from prm_gym.core.parsing import format_answer, parse_action
 from prm_gym.core.tasks import Task
+from prm_gym.envs.sql import results
 from prm_gym.envs.sql.env import SQLEnv
 from prm_gym.envs.sql.judges import DATABASES
-from prm_gym.envs.sql import results
 from prm_gym.envs.sql.neighbours import build_neighbour, neighbours
 from prm_gym.envs.sql.results import ALIGN_SAMPLE
 from prm_gym.envs.sql.tasks import generate_sql_tasks
@@ -222,7 +222,11 @@ ROWS, SAMPLE = 3000, ALIGN_SAMPLE  # rows of the gold's result; rows partial cre
         # the gold's rows in its order: equal rows need no multiset at all
         ("SELECT kind, amount, qty FROM events WHERE id <= 3000 AND 1", [1.0, 1.0, 1.0, 1.0], 0),
         # off by one row: the rows' multiset, then each column's in the first SAMPLE rows (partial credit)
-        ("SELECT kind, amount, qty FROM events WHERE id > 1 AND id <= 3001", [0.0, 1.0, 1.0, 0.9997], ROWS + 3 * SAMPLE),
+        (
+            "SELECT kind, amount, qty FROM events WHERE id > 1 AND id <= 3001",
+            [0.0, 1.0, 1.0, 0.9997],
+            ROWS + 3 * SAMPLE,
+        ),
         # columns and rows reordered: the rows' multiset, each column's, the reordered rows' (execution
         # match), the columns' in the first SAMPLE rows and the aligned rows' (partial credit)
         (

@@ -5,8 +5,10 @@
   :class:`ResultTooLarge`; on SQLite no value may pass :attr:`ResultLimits.value_bytes` while a judge
   reads and a chunk is never larger than the bytes left allow, so a runaway recursive query or a
   result of large blobs never sits whole in memory.
-* :class:`Result` holds the rows with their statistics (multiset, set, column contents), each
-  computed once: the gold's are cached with it, so a verdict costs one pass over the submitted rows.
+* :class:`Result` holds the rows with their statistics (multiset, set, column contents, the sum
+  of its values' hashes), each computed once and only when needed: the gold's are cached with it,
+  so a verdict costs a few passes over the submitted rows (none builds a multiset when they come
+  in the gold's order; one sum of hashes rules out every column order of other values).
 * :class:`ByteLRU` is a least-recently-used cache bounded by the bytes of what it holds.
 * :func:`results_match` is Spider's test-suite execution match: the prediction's columns may be
   the gold's in another order, and rows compare as multisets unless the gold orders its output.
