@@ -17,10 +17,12 @@ with our ``mode="set"`` verdicts (which must be zero) and ``mode="multiset"`` ve
 differ by design where duplicates or the gold ORDER BY matter).
 
 Last, the judges on large results (``--large 10000,95000``, result rows; ``sql_large.py``): per-check
-time of ``rule/execution_match`` and of the four SQL judges of the default judge against the same
-plain-sqlite3 baseline, rounds alternated, conditions printed.
+time of ``rule/execution_match`` and of the four SQL judges of the default judge (with their 3
+neighbour databases, and with none) against the same plain-sqlite3 baseline and, where installed,
+skyrl-gym's own ``calculate_reward_single``, rounds alternated, conditions printed.
 
-Usage: ``python benchmarks/bench_sql.py [--checks 2000] [--reps 5] [--skyrl-python PATH] [--large 10000,95000]``
+Usage: ``python benchmarks/bench_sql.py [--tasks 300] [--reps 5] [--skyrl-python PATH] [--large 10000,95000]
+[--only all|checks|large]``
 """
 
 from __future__ import annotations
@@ -164,9 +166,17 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--skyrl-python", default="", help="default: $SKYRL_PYTHON, else make bench-peers' venv")
     ap.add_argument("--large", default="10000,95000", help="result sizes (rows) of the large-result rows; '' skips")
+    ap.add_argument(
+        "--only", choices=["all", "checks", "large"], default="all", help="run only the generated checks or large rows"
+    )
     args = ap.parse_args()
+    skyrl_python = peer_python("skyrl", args.skyrl_python)
     with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmpdir:
         tmp = Path(tmpdir)
+        sizes = [int(x) for x in args.large.split(",") if x.strip()] if args.only != "checks" else []
+        if args.only == "large":
+            sql_large.run(sizes, args.reps, tmp, skyrl_python)
+            return
         cases = build_cases(args.tasks, tmp / "dbs")
         turns = [Turn(t, 0, format_answer(p), parse_action(format_answer(p)), final=True) for t, p in cases]
         print(
@@ -192,7 +202,6 @@ def main() -> None:
             print(f"ratio ours / baseline: {ours[0] / base[0]:.2f}x")
             spreads = f"ours {ours[1]}, baseline {base[1]}"
             emit("sql", row, ours[0], base[0], common, "checks/s", "higher", spreads, note)
-        skyrl_python = peer_python("skyrl", args.skyrl_python)
         if not skyrl_python.exists():
             why = f"skyrl-gym {not_installed(skyrl_python)}"
             print(f"agreement with skyrl-gym: skipped, {why}")
@@ -212,9 +221,8 @@ def main() -> None:
                 for t, p in cases
             ]
             agreement(sk_cases, turns, str(skyrl_python), tmp)
-        sizes = [int(x) for x in args.large.split(",") if x.strip()]
         if sizes:
-            sql_large.run(sizes, args.reps, tmp)
+            sql_large.run(sizes, args.reps, tmp, skyrl_python)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ Runs inside the peer's own virtualenv (it imports nothing from prm-gym, only the
 
     .venv-peers/gem/bin/python benchmarks/peer_worker.py job.json
 
-``job.json`` holds ``{"peer": "gem"|"skyrl", "kind": "math"|"search"|"sql"|"search_tool", "db_root": "...",
-"search_url": "...", "fresh_sql": bool, "cases": [{"prompt", "gold", "action", "db_id"}, ...]}``; each
+``job.json`` holds ``{"peer": "gem"|"skyrl", "kind": "math"|"search"|"sql"|"search_tool"|"sql_reward",
+"db_root": "...", "search_url": "...", "fresh_sql": bool, "cases": [{"prompt", "gold", "action", "db_id"},
+...]}`` (``sql_reward`` cases: ``{"gold", "action", "db_file"}``); each
 ``action`` is already in the peer's native format (``search_tool``: a ``<search>`` call, answered by
-the retrieval server at ``search_url``; ``fresh_sql``: every pass rewrites the ``<solution>`` query
-into a text no earlier pass used, ``fresh_text.fresh_sql``). The worker builds the peer's envs and
-prints one JSON line,
+the retrieval server at ``search_url``; ``sql_reward``: skyrl-gym's SQL reward function alone,
+``calculate_reward_single(action, gold, db_file, timeout_s)`` per case, no env; ``fresh_sql``: every
+pass rewrites the ``<solution>`` query into a text no earlier pass used, ``fresh_text.fresh_sql``).
+The worker builds the peer's envs and prints one JSON line,
 ``{"ready": true, "env": "<class>", "version": "<distribution version>"}`` or ``{"error": "..."}``
 when the peer cannot run this kind; then, for each line ``pass`` read from stdin, it plays every
 case as one episode (reset, then the final answer step) and prints
@@ -89,7 +91,16 @@ def gem_episodes(kind: str, cases: list[dict[str, Any]], search_url: str = "") -
 
 
 def skyrl_episodes(kind: str, cases: list[dict[str, Any]], db_root: str, search_url: str = "") -> Made:
-    """skyrl-gym's nearest envs: ``gsm8k`` (#### answers), ``search`` and ``text2sql``; one env per episode."""
+    """skyrl-gym's nearest envs: ``gsm8k`` (#### answers), ``search`` and ``text2sql``; one env per episode.
+    ``sql_reward`` times its SQL reward function alone (``calculate_reward_single``), one call per case."""
+    if kind == "sql_reward":
+        from skyrl_gym.envs.sql.utils import calculate_reward_single
+
+        def check(c: dict[str, Any]) -> float:  # reads c["action"] when called: refresh() rewrites it
+            return float(calculate_reward_single(c["action"], c["gold"], c["db_file"], c.get("timeout_s", 30)))
+
+        MAKERS["env"] = lambda: None
+        return [(lambda: None, lambda c=c: check(c)) for c in cases], "calculate_reward_single", lambda: None, {}
     if kind == "math":
         from skyrl_gym.envs.gsm8k.env import GSM8kEnv
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,16 @@ import pytest
 
 from prm_gym.core.parsing import format_answer, parse_action
 from prm_gym.core.tasks import Task
+from prm_gym.envs.sql import results
 from prm_gym.envs.sql.env import SQLEnv
 from prm_gym.envs.sql.judges import DATABASES
 from prm_gym.envs.sql.neighbours import build_neighbour, neighbours
+from prm_gym.envs.sql.results import ALIGN_SAMPLE
 from prm_gym.envs.sql.tasks import generate_sql_tasks
 from prm_gym.rewards.registry import make_judge
 from prm_gym.rewards.types import Turn
 
+SQL_JUDGES = ["rule/execution_match", "rule/sql_syntax", "rule/sql_schema_link", "rule/sql_result_overlap"]
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
 
 
@@ -182,3 +186,72 @@ def test_the_judges_share_the_gold_statistics(big_db: Path) -> None:
     counter = gold.counter()
     judge.score([_turn(task, "SELECT kind FROM events WHERE id < 150001")])
     assert gold.counter() is counter
+
+
+class _CountingCounter(Counter):  # type: ignore[type-arg]
+    """A Counter that adds up how many values all its instances were given."""
+
+    counted = 0
+
+    def update(self, iterable: Any = None, /, **kwds: Any) -> None:
+        before = self.total()
+        super().update(iterable, **kwds)
+        _CountingCounter.counted += self.total() - before
+
+
+@pytest.fixture(scope="module")
+def wide_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("wide") / "wide.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, amount REAL, qty INTEGER)")
+    conn.execute(
+        "INSERT INTO events WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 4000) "
+        "SELECT n, 'kind-' || (n * 7919 % 997), round((n * 31 % 1000) / 7.0, 2), n % 37 FROM r"
+    )
+    conn.commit()
+    conn.close()
+    return path
+
+
+ROWS, SAMPLE = 3000, ALIGN_SAMPLE  # rows of the gold's result; rows partial credit aligns columns on
+
+
+@pytest.mark.parametrize(
+    ("answer", "scores", "most_counted"),
+    [
+        # the gold's rows in its order: equal rows need no multiset at all
+        ("SELECT kind, amount, qty FROM events WHERE id <= 3000 AND 1", [1.0, 1.0, 1.0, 1.0], 0),
+        # off by one row: the rows' multiset, then each column's in the first SAMPLE rows (partial credit)
+        (
+            "SELECT kind, amount, qty FROM events WHERE id > 1 AND id <= 3001",
+            [0.0, 1.0, 1.0, 0.9997],
+            ROWS + 3 * SAMPLE,
+        ),
+        # columns and rows reordered: the rows' multiset, each column's, the reordered rows' (execution
+        # match), the columns' in the first SAMPLE rows and the aligned rows' (partial credit)
+        (
+            "SELECT qty, kind, amount FROM events WHERE id <= 3000 ORDER BY id DESC",
+            [1.0, 1.0, 1.0, 1.0],
+            ROWS + 3 * ROWS + ROWS + 3 * SAMPLE + ROWS,
+        ),
+    ],
+)
+def test_a_verdict_does_work_linear_in_the_rows_and_reuses_the_gold_statistics(
+    wide_db: Path, answer: str, scores: list[float], most_counted: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted, not timed: in a verdict of the four SQL judges each submitted row's size is measured
+    once, and only the multisets listed above are built (values counted into Counters); the gold's
+    statistics are computed on the first verdict only, never again."""
+    task = Task("wide", "q", f"SELECT kind, amount, qty FROM events WHERE id <= {ROWS}", {"db_path": str(wide_db)})
+    judges = [make_judge(j, neighbours=0) for j in SQL_JUDGES]
+    measured: list[int] = []
+    chunk_bytes = results._chunk_bytes
+    monkeypatch.setattr(results, "_chunk_bytes", lambda chunk: measured.append(len(chunk)) or chunk_bytes(chunk))
+    monkeypatch.setattr(results, "Counter", _CountingCounter)
+    for warm in (True, False):  # the first verdict also fetches the gold and computes its statistics
+        measured.clear()
+        _CountingCounter.counted = 0
+        turn = _turn(task, f"WITH warm AS (SELECT 1) {answer}" if warm else answer)
+        assert [round(j.score([turn])[0].score, 4) for j in judges] == scores
+    assert sum(measured) == ROWS  # the submitted rows measured once; the gold's (cached) not again
+    assert _CountingCounter.counted <= most_counted, _CountingCounter.counted

@@ -55,7 +55,7 @@ from typing import Any
 
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.parsing import parse_action
-from prm_gym.envs.sql.results import MatchMode, Result, ResultLimits, aligned_columns, results_match
+from prm_gym.envs.sql.results import MatchMode, ResultLimits, aligned_columns, results_match
 from prm_gym.envs.sql.results import row_f1 as _row_f1
 from prm_gym.envs.sql.shape import SQLShape, gold_orders, gold_shape, is_read_only_query, sql_shape
 from prm_gym.envs.sql.suite import Gold, GoldTooLarge, Prediction, Suite, dialect_of
@@ -234,7 +234,7 @@ class ResultOverlapJudge(_SQLJudge):
                 return Verdict(0.0, detail=pred.why)
             f1 = _row_f1(want, got)
             if f1 < 1.0 and (aligned := aligned_columns(want, got)) is not got.rows:
-                f1 = max(f1, _row_f1(want, Result(aligned)))
+                f1 = max(f1, _row_f1(want, aligned))  # its rows' multiset alone: no size to measure
             worst = min(worst, f1)
             if worst == 0.0:
                 break

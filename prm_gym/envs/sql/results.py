@@ -5,8 +5,10 @@
   :class:`ResultTooLarge`; on SQLite no value may pass :attr:`ResultLimits.value_bytes` while a judge
   reads and a chunk is never larger than the bytes left allow, so a runaway recursive query or a
   result of large blobs never sits whole in memory.
-* :class:`Result` holds the rows with their statistics (multiset, set, column contents), each
-  computed once: the gold's are cached with it, so a verdict costs one pass over the submitted rows.
+* :class:`Result` holds the rows with their statistics (multiset, set, column contents, the sum
+  of its values' hashes), each computed once and only when needed: the gold's are cached with it,
+  so a verdict costs a few passes over the submitted rows (none builds a multiset when they come
+  in the gold's order; one sum of hashes rules out every column order of other values).
 * :class:`ByteLRU` is a least-recently-used cache bounded by the bytes of what it holds.
 * :func:`results_match` is Spider's test-suite execution match: the prediction's columns may be
   the gold's in another order, and rows compare as multisets unless the gold orders its output.
@@ -23,6 +25,8 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar
 
@@ -101,22 +105,38 @@ def _row_cost(width: int, value_bytes: int) -> int:
 
 def _chunk_bytes(chunk: Sequence[tuple[Any, ...]]) -> int:
     """:func:`row_bytes` summed over ``chunk`` (at most, NULLs counted as numbers), a column at a
-    time in C loops: a column of numbers (and NULLs) sums, one of strings or blobs (and NULLs) sums
-    its lengths; only a column that mixes numbers with text or blobs goes value by value."""
+    time in C loops: a column of strings or blobs sums its lengths, one of numbers only checks that
+    they add up (anything else cannot be added), each read in place; a column with NULLs is read
+    again without them, and only one that mixes numbers with text or blobs goes value by value."""
     if not chunk:
         return 0
-    size = (56 + 8 * len(chunk[0])) * len(chunk)
-    for col in zip(*chunk, strict=False):
-        size += 49 * len(col)
+    try:
+        return _columns_bytes(chunk, len(chunk[0]))
+    except IndexError:  # rows of several widths (never from a database): the columns all rows have
+        return _columns_bytes(chunk, min(map(len, chunk)))
+
+
+def _columns_bytes(chunk: Sequence[tuple[Any, ...]], width: int) -> int:
+    size = (56 + 8 * len(chunk[0]) + 49 * width) * len(chunk)
+    for i in range(width):
+        column = partial(map, itemgetter(i), chunk)
+        try:  # the first value's kind is the usual kind of the whole column: try that first
+            if isinstance(chunk[0][i], str | bytes):
+                size += sum(map(len, column()))
+            else:
+                sum(column())
+            continue
+        except TypeError:  # a NULL, or a column of mixed kinds
+            pass
         try:
-            sum(filter(None, col))  # numbers and NULLs only: anything else cannot be added
+            sum(filter(None, column()))  # numbers and NULLs only
             continue
         except TypeError:
             pass
         try:
-            size += sum(map(len, filter(None, col)))  # strings or blobs and NULLs only
+            size += sum(map(len, filter(None, column())))  # strings or blobs and NULLs only
         except TypeError:
-            size += sum(len(v) if isinstance(v, str | bytes) else 0 for v in col)
+            size += sum(len(v) if isinstance(v, str | bytes) else 0 for v in column())
     return size
 
 
@@ -133,7 +153,7 @@ class Result:
         nbytes: about how many bytes they hold (:func:`rows_bytes`).
     """
 
-    __slots__ = ("_columns", "_counter", "_distinct", "nbytes", "rows")
+    __slots__ = ("_columns", "_counter", "_distinct", "_value_hash", "nbytes", "rows")
 
     def __init__(self, rows: Rows, nbytes: int | None = None) -> None:
         self.rows = rows
@@ -141,6 +161,7 @@ class Result:
         self._counter: Counter[tuple[Any, ...]] | None = None
         self._distinct: frozenset[tuple[Any, ...]] | None = None
         self._columns: dict[tuple[int, bool], Counter[Any] | frozenset[Any]] = {}
+        self._value_hash: int | None = None
 
     @property
     def width(self) -> int:
@@ -166,6 +187,14 @@ class Result:
             values = map(itemgetter(i), self.rows)
             hit = self._columns[key] = frozenset(values) if distinct else Counter(values)
         return hit
+
+    def value_hash(self) -> int:
+        """The sum of the hashes of all the values: equal for two results whose values are equal
+        as multisets (Python's equal values hash equal), whatever their columns' order; a cheap test
+        that rules out every column order of a different result at once."""
+        if self._value_hash is None:
+            self._value_hash = sum(map(hash, chain.from_iterable(self.rows)))
+        return self._value_hash
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -310,6 +339,8 @@ def _common(a: Counter[Any] | frozenset[Any], b: Counter[Any] | frozenset[Any]) 
 
 def row_f1(gold: Result | Sequence[Hashable], pred: Result | Sequence[Hashable]) -> float:
     """F1 of the rows of two results taken as multisets; 1.0 when both are empty."""
+    if isinstance(gold, Result) and isinstance(pred, Result) and gold.rows == pred.rows:
+        return 1.0  # the same rows in the same order (or both empty): no multiset needed
     g = gold.counter() if isinstance(gold, Result) else Counter(gold)
     p = pred.counter() if isinstance(pred, Result) else Counter(pred)
     n_gold, n_pred = g.total(), p.total()
@@ -340,8 +371,8 @@ def results_match(
     distinct = mode == "set"
     if _same(g, p.rows, p, distinct, ordered):
         return True
-    if g.width < 2:
-        return False
+    if g.width < 2 or (not distinct and g.value_hash() != p.value_hash()):
+        return False  # one column, or other values: no column order can match
     for tried, order in enumerate(_column_orders(g, p, distinct)):
         if tried >= MAX_COLUMN_ORDERS:
             return False
@@ -354,10 +385,12 @@ def results_match(
 
 def _same(gold: Result, rows: Rows, pred: Result | None, distinct: bool, ordered: bool) -> bool:
     """Whether ``rows`` (``pred``'s rows, or a reordering of them) equal the gold's under the mode."""
-    if distinct:
+    if rows == gold.rows:  # the same rows in the same order are the same multiset and set too
+        return True
+    if distinct:  # sets: the order never matters
         return (pred.distinct() if pred is not None else frozenset(rows)) == gold.distinct()
     if ordered:
-        return rows == gold.rows
+        return False
     return _equal(pred.counter() if pred is not None else Counter(rows), gold.counter())
 
 
