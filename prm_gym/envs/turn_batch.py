@@ -52,10 +52,10 @@ def turn_groups(envs: Sequence[gym.Env[Any, Any]]) -> list[list[int]]:
     groups: dict[tuple[type, Hashable], list[int]] = {}
     for i, env in enumerate(envs):
         inner = env.unwrapped
-        if isinstance(inner, TurnBatching):
-            key = inner.turn_batch_key()
-            if key is not None:
-                groups.setdefault((type(inner), key), []).append(i)
+        key_of = getattr(inner, "turn_batch_key", None)  # not isinstance(TurnBatching): 200x slower
+        key = key_of() if key_of is not None else None
+        if key is not None:
+            groups.setdefault((type(inner), key), []).append(i)
     return [idx for idx in groups.values() if len(idx) > 1]
 
 

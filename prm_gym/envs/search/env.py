@@ -72,7 +72,10 @@ class SearchEnv(ToolEnv):
     Each episode is one question (single- or multi-hop). On every turn the agent either calls
     ``search`` (``<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>``) and
     reads the top ``topk`` passages, or answers with ``<answer>...</answer>``, which ends the
-    episode. The default corpus is a generated fictional world, so answers need retrieval.
+    episode. The default corpus is a generated fictional world, so answers need retrieval. In a
+    rollout, the searches of one turn of the envs sharing an index or retrieval server (a GRPO
+    group) go to it as one batch request (:mod:`prm_gym.envs.turn_batch`); each episode gets the
+    passages it gets alone.
 
     ## Action Space
     ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
@@ -96,7 +99,8 @@ class SearchEnv(ToolEnv):
     ## Information
     ``task_id``, ``turn``, ``answer``, ``reward_<term>`` per term, ``reward_status``
     (``infra_error`` when the retriever is down or slow), ``judge`` (per judge ``score``),
-    ``parse``, ``tool`` (``calls``, ``failed``, ``ok``, ``name``, ``latency_s``) and
+    ``parse``, ``tool`` (``calls``, ``failed``, ``ok``, ``name``, ``latency_s``: for a search
+    answered from its group's batch, the look-up, not the batch request) and
     ``retrieval`` (``queries``, ``passages`` this turn, ``gold_recall`` so far or -1 when the task
     records no gold passages); ``reset`` adds ``tools`` (OpenAI schemas).
 
