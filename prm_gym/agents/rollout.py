@@ -1,9 +1,11 @@
 """The episode loop: run envs with a policy and record trajectories token by token.
 
 :func:`rollout` steps a batch of envs in lockstep, sampling every live episode's next turn in
-one batched ``policy.generate`` call. Each :class:`Trajectory` holds the exact token ids the
-policy saw and sampled, a loss mask that is 1 only on sampled ids, the behaviour log-probs,
-and per-turn rewards and infos.
+one batched ``policy.generate`` call, then stepping the envs inside
+:func:`prm_gym.envs.turn_batch.batched_turn`, so envs that share a backend (prm/Search-v0 envs on
+one retrieval server or index) fetch the turn's tool calls in one batch. Each :class:`Trajectory`
+holds the exact token ids the policy saw and sampled, a loss mask that is 1 only on sampled ids,
+the behaviour log-probs, and per-turn rewards and infos.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import gymnasium as gym
 
 from prm_gym.agents.chat import ChatTemplate
-from prm_gym.core.policy import ChatPolicy, Policy, SamplingParams
+from prm_gym.core.policy import ChatPolicy, Generation, Policy, SamplingParams
+from prm_gym.envs.turn_batch import batched_turn
 
 DEFAULT_SAMPLING = SamplingParams()
 
@@ -95,6 +98,7 @@ def _play_chat(
     conversations: list[list[dict[str, Any]]],
     tools: list[list[dict[str, Any]]],
     sampling: SamplingParams,
+    batch_tools: bool = True,
 ) -> None:
     """:func:`_play` for a chat policy: each episode is a conversation of messages (no token ids;
     the env's tools go as ``tools=``, the replies' tool calls come back in ``chat.tool_format``)."""
@@ -102,13 +106,14 @@ def _play_chat(
     while not all(done):
         live = [i for i, finished in enumerate(done) if not finished]
         replies = policy.chat([conversations[i] for i in live], [tools[i] for i in live], sampling, chat.tool_format)
-        for i, reply in zip(live, replies, strict=True):
-            obs, reward, terminated, truncated, info = envs[i].step(reply.text)
-            trajs[i].turns.append(_record(reply.text, obs, reward, info, 0, 0))
-            if terminated or truncated:
-                trajs[i].terminated, trajs[i].truncated, done[i] = bool(terminated), bool(truncated), True
-                continue
-            conversations[i] += [reply.message, *policy.followup(reply, obs)]
+        with batched_turn([envs[i] for i in live], [r.text for r in replies], batch_tools):
+            for i, reply in zip(live, replies, strict=True):
+                obs, reward, terminated, truncated, info = envs[i].step(reply.text)
+                trajs[i].turns.append(_record(reply.text, obs, reward, info, 0, 0))
+                if terminated or truncated:
+                    trajs[i].terminated, trajs[i].truncated, done[i] = bool(terminated), bool(truncated), True
+                    continue
+                conversations[i] += [reply.message, *policy.followup(reply, obs)]
 
 
 def _play(
@@ -118,6 +123,7 @@ def _play(
     chat: ChatTemplate,
     sampling: SamplingParams,
     max_context_tokens: int,
+    batch_tools: bool = True,
 ) -> None:
     """Step every env until its episode ends, appending turns to its trajectory."""
     n = len(envs)
@@ -125,21 +131,36 @@ def _play(
     while not all(done):
         live = [i for i, finished in enumerate(done) if not finished]
         gens = policy.generate([trajs[i].token_ids for i in live], sampling)
-        for i, gen in zip(live, gens, strict=True):
-            traj, start = trajs[i], len(trajs[i].token_ids)
-            traj.extend(gen.token_ids, trained=True, logprobs=gen.logprobs)
-            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
-            traj.turns.append(_record(gen.text, obs, reward, info, start, len(traj.token_ids)))
-            if terminated or truncated:
-                traj.terminated, traj.truncated, done[i] = bool(terminated), bool(truncated), True
-                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
-                continue
-            nxt = chat.observation_ids(obs, gen.token_ids)
-            if len(traj.token_ids) + len(nxt) + sampling.max_new_tokens > max_context_tokens:
-                traj.truncated, done[i] = True, True
-                traj.extend(chat.closing_ids(gen.token_ids), trained=False)
-                continue
-            traj.extend(nxt, trained=False)
+        with batched_turn([envs[i] for i in live], [g.text for g in gens], batch_tools):
+            _step_turn(envs, trajs, live, gens, done, chat, sampling, max_context_tokens)
+
+
+def _step_turn(
+    envs: Sequence[gym.Env],
+    trajs: list[Trajectory],
+    live: list[int],
+    gens: Sequence[Generation],
+    done: list[bool],
+    chat: ChatTemplate,
+    sampling: SamplingParams,
+    max_context_tokens: int,
+) -> None:
+    """Step each live env with its generation, one after another (:func:`_play`'s turn)."""
+    for i, gen in zip(live, gens, strict=True):
+        traj, start = trajs[i], len(trajs[i].token_ids)
+        traj.extend(gen.token_ids, trained=True, logprobs=gen.logprobs)
+        obs, reward, terminated, truncated, info = envs[i].step(gen.text)
+        traj.turns.append(_record(gen.text, obs, reward, info, start, len(traj.token_ids)))
+        if terminated or truncated:
+            traj.terminated, traj.truncated, done[i] = bool(terminated), bool(truncated), True
+            traj.extend(chat.closing_ids(gen.token_ids), trained=False)
+            continue
+        nxt = chat.observation_ids(obs, gen.token_ids)
+        if len(traj.token_ids) + len(nxt) + sampling.max_new_tokens > max_context_tokens:
+            traj.truncated, done[i] = True, True
+            traj.extend(chat.closing_ids(gen.token_ids), trained=False)
+            continue
+        traj.extend(nxt, trained=False)
 
 
 def rollout(
@@ -151,6 +172,7 @@ def rollout(
     task_ids: Sequence[str | None] | None = None,
     sampling: SamplingParams = DEFAULT_SAMPLING,
     max_context_tokens: int = 4096,
+    batch_tools: bool = True,
 ) -> list[Trajectory]:
     """Play one episode in each env, batching the policy's calls across envs.
 
@@ -162,6 +184,8 @@ def rollout(
         seeds, task_ids: per-env ``reset`` seed and pinned task (None: the env's choice).
         sampling: sampling settings for every turn.
         max_context_tokens: an episode whose ids would exceed this is truncated.
+        batch_tools: fetch each turn's tool calls of envs that share a backend in one batch
+            (:mod:`prm_gym.envs.turn_batch`; the episodes are the same either way).
     """
     n = len(envs)
     seeds = list(seeds) if seeds is not None else [None] * n
@@ -179,9 +203,9 @@ def rollout(
         else:
             traj.extend(chat.prompt_ids(obs, info.get("tools", [])), trained=False)
     if isinstance(policy, ChatPolicy):
-        _play_chat(envs, trajs, policy, chat, conversations, tools, sampling)
+        _play_chat(envs, trajs, policy, chat, conversations, tools, sampling, batch_tools)
     else:
-        _play(envs, trajs, policy, chat, sampling, max_context_tokens)
+        _play(envs, trajs, policy, chat, sampling, max_context_tokens, batch_tools)
     return trajs
 
 
@@ -192,6 +216,7 @@ def rollout_episodes(
     episodes: Sequence[tuple[str, int]],
     sampling: SamplingParams = DEFAULT_SAMPLING,
     max_context_tokens: int = 4096,
+    batch_tools: bool = True,
 ) -> list[Trajectory]:
     """:func:`rollout` of ``(task_id, reset seed)`` episodes side by side, one per env (the first
     ``len(episodes)`` of ``envs``; tasks may differ, so sampling batches across them)."""
@@ -203,6 +228,7 @@ def rollout_episodes(
         task_ids=[t for t, _ in episodes],
         sampling=sampling,
         max_context_tokens=max_context_tokens,
+        batch_tools=batch_tools,
     )
 
 
@@ -230,6 +256,7 @@ def continue_rollout(
     *,
     sampling: SamplingParams = DEFAULT_SAMPLING,
     max_context_tokens: int = 4096,
+    batch_tools: bool = True,
 ) -> list[Trajectory]:
     """Continue episodes from a turn boundary (Tree-GRPO branching).
 
@@ -239,7 +266,7 @@ def continue_rollout(
         prefixes: for each env, the trajectory up to that boundary: its ``token_ids`` end with
             the observation after the last turn and the next generation prompt. They are
             copied, never modified; the returned trajectories share their prefix ids.
-        policy, chat, sampling, max_context_tokens: as in :func:`rollout`.
+        policy, chat, sampling, max_context_tokens, batch_tools: as in :func:`rollout`.
 
     Returns:
         New trajectories: the prefix followed by freshly sampled turns.
@@ -257,5 +284,5 @@ def continue_rollout(
         )
         for p in prefixes
     ]
-    _play(envs, trajs, policy, chat, sampling, max_context_tokens)
+    _play(envs, trajs, policy, chat, sampling, max_context_tokens, batch_tools)
     return trajs

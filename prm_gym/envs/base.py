@@ -222,12 +222,16 @@ class ToolEnv(gym.Env[str, str]):
         obs = cap_text(self.prompt(task), MAX_OBS_CHARS)
         return obs, {"task_id": task.id, "turn": 0, "tools": self.tool_schemas}
 
+    def parse(self, action: Any) -> ParsedAction:
+        """``action`` read as :meth:`step` reads it (this env's answer tag, length cap, tool format)."""
+        return parse_action(
+            action, answer_tag=self.answer_tag, max_chars=self.max_action_chars, tool_format=self.tool_format
+        )
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._task is None or self._done:
             raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
-        parsed = parse_action(
-            action, answer_tag=self.answer_tag, max_chars=self.max_action_chars, tool_format=self.tool_format
-        )
+        parsed = self.parse(action)
         ok = not parsed.issues
         recorded = self._replaying.popleft() if self._replaying is not None else None  # fork() replay
         results = self._run_tools(parsed.tool_calls, recorded) if ok and parsed.tool_calls else []

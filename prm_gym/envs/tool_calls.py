@@ -37,13 +37,10 @@ def call_tool(
 ) -> ToolResult:
     """One call's result; ``invoke(tool, arguments)`` makes the call (:func:`invoke_tool`, or an
     env's override of it)."""
-    tool = tools.get(call.name)
-    if tool is None:
-        return ToolResult(call.name, False, f"Unknown tool {call.name!r}; available tools: {sorted(tools)}.")
-    arguments = tool.typed_arguments(call.arguments) if call.text_arguments else call.arguments
-    problem = tool.check_arguments(arguments)
-    if problem:
-        return ToolResult(call.name, False, problem)
+    resolved = resolve_call(tools, call)
+    if isinstance(resolved, str):
+        return ToolResult(call.name, False, resolved)
+    tool, arguments = resolved
     start = time.perf_counter()
     try:
         ok, text, infra = True, str(invoke(tool, arguments)), False
@@ -55,6 +52,16 @@ def call_tool(
         ok, text, infra = False, f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
     latency = time.perf_counter() - start
     return ToolResult(call.name, ok, cap_text(text, max_output_chars), latency, infra)
+
+
+def resolve_call(tools: Mapping[str, Tool], call: ToolCall) -> tuple[Tool, dict[str, Any]] | str:
+    """``(tool, arguments)`` that :func:`call_tool` would invoke for ``call``, or the message the agent
+    reads when the tool is unknown or the arguments do not fit its schema."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return f"Unknown tool {call.name!r}; available tools: {sorted(tools)}."
+    arguments = tool.typed_arguments(call.arguments) if call.text_arguments else call.arguments
+    return tool.check_arguments(arguments) or (tool, arguments)
 
 
 def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) -> Any:

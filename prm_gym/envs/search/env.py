@@ -7,20 +7,22 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prm_gym.core.errors import ConfigError
+from prm_gym.core.errors import ConfigError, ToolError
 from prm_gym.core.parsing import ToolCall
 from prm_gym.core.tasks import Task, TaskSet, as_task_set
 from prm_gym.core.tools import Tool, ToolResult
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.datasets import file_loader
-from prm_gym.envs.search.index import BM25Index, Passage, Retriever, open_retriever
+from prm_gym.envs.search.index import BM25Index, HTTPRetriever, Passage, Retriever, open_retriever
 from prm_gym.envs.search.index.client import DEFAULT_TIMEOUT_S as DEFAULT_RETRIEVAL_TIMEOUT_S
 from prm_gym.envs.search.index.protocol import check_query
+from prm_gym.envs.search.index.server import MAX_BATCH
 from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, load_qa_file, qa_record, world_passages
+from prm_gym.envs.tool_calls import resolve_call
 from prm_gym.rewards.combine import JudgeSpec
 
 _DOC_ID = re.compile(r"^Doc \d+ \[id=([^\]\n]*)\] Title: ", re.MULTILINE)
@@ -70,7 +72,10 @@ class SearchEnv(ToolEnv):
     Each episode is one question (single- or multi-hop). On every turn the agent either calls
     ``search`` (``<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>``) and
     reads the top ``topk`` passages, or answers with ``<answer>...</answer>``, which ends the
-    episode. The default corpus is a generated fictional world, so answers need retrieval.
+    episode. The default corpus is a generated fictional world, so answers need retrieval. In a
+    rollout, the searches of one turn of the envs sharing an index or retrieval server (a GRPO
+    group) go to it as one batch request (:mod:`prm_gym.envs.turn_batch`); each episode gets the
+    passages it gets alone.
 
     ## Action Space
     ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.
@@ -94,7 +99,8 @@ class SearchEnv(ToolEnv):
     ## Information
     ``task_id``, ``turn``, ``answer``, ``reward_<term>`` per term, ``reward_status``
     (``infra_error`` when the retriever is down or slow), ``judge`` (per judge ``score``),
-    ``parse``, ``tool`` (``calls``, ``failed``, ``ok``, ``name``, ``latency_s``) and
+    ``parse``, ``tool`` (``calls``, ``failed``, ``ok``, ``name``, ``latency_s``: for a search
+    answered from its group's batch, the look-up, not the batch request) and
     ``retrieval`` (``queries``, ``passages`` this turn, ``gold_recall`` so far or -1 when the task
     records no gold passages); ``reset`` adds ``tools`` (OpenAI schemas).
 
@@ -160,6 +166,7 @@ class SearchEnv(ToolEnv):
         self._seen: set[str] = set()
         self._turn_stats = (0, 0)
         self._recall = -1.0  # gold recall so far this episode: updated by search(), read by step()
+        self._prefetched: dict[str, list[Passage]] = {}  # this turn's batch answers by query (turn_batch)
         super().__init__(
             task_set,
             tools=[Tool.from_function(self.search, "search")],
@@ -179,7 +186,9 @@ class SearchEnv(ToolEnv):
         Args:
             query: a few keywords, e.g. a name and the fact you need.
         """
-        passages = self.retriever.search(query, self.topk)
+        passages = self._prefetched.get(query)
+        if passages is None:
+            passages = self.retriever.search(query, self.topk)
         calls, count = self._turn_stats
         self._turn_stats = (calls + 1, count + len(passages))
         self._seen.update(p.id for p in passages)
@@ -197,6 +206,7 @@ class SearchEnv(ToolEnv):
         self._recall = self._gold_recall()
 
     def start_episode(self, task: Task) -> None:
+        self._prefetched = {}
         self._seen = set()
         self._turn_stats = (0, 0)
         self._recall = self._gold_recall()
@@ -207,6 +217,59 @@ class SearchEnv(ToolEnv):
         queries, passages = self._turn_stats
         info["retrieval"] = {"queries": queries, "passages": passages, "gold_recall": self._recall}
         return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------- one batch for a group's turn (prm_gym.envs.turn_batch)
+    def turn_batch_key(self) -> Hashable | None:
+        """Envs with equal keys search one index (the same server URL and deadline, or the same
+        retriever object) with one ``topk``; None when the episode is not running or the retriever's
+        ``search_batch`` may rank a query differently from ``search`` (``batch_exact = False``)."""
+        r = self.retriever
+        if self._task is None or self._done or not getattr(r, "batch_exact", True):
+            return None
+        where = ("http", r.url, r.timeout_s) if isinstance(r, HTTPRetriever) else ("object", id(r))
+        return (where, self.topk)
+
+    @classmethod
+    def prefetch_turn(cls, envs: Sequence[SearchEnv], actions: Sequence[Any]) -> None:
+        """One ``search_batch`` (per :data:`MAX_BATCH` queries) for the distinct valid search queries
+        of ``actions``; each env's next ``search`` of such a query takes the batch's answer. A batch
+        that fails leaves its queries to the per-call path."""
+        queries = list(dict.fromkeys(q for env, a in zip(envs, actions, strict=True) for q in env._turn_queries(a)))
+        found: dict[str, list[Passage]] = {}
+        retriever, k = envs[0].retriever, envs[0].topk
+        for start in range(0, len(queries), MAX_BATCH):
+            part = queries[start : start + MAX_BATCH]
+            try:
+                hits = retriever.search_batch(part, k)
+            except Exception:  # any failure: each call then searches alone, with its typed errors and deadline
+                continue
+            if len(hits) == len(part):
+                found.update(zip(part, hits, strict=True))
+        for env in envs:
+            env._prefetched = found
+
+    def end_turn(self) -> None:
+        """Forget this turn's batch answers."""
+        self._prefetched = {}
+
+    def _turn_queries(self, action: Any) -> list[str]:
+        """The queries of the search calls ``step(action)`` would make with valid arguments (parsed
+        as ``step`` parses them); anything else is left to ``step``."""
+        parsed = self.parse(action)
+        if parsed.issues:
+            return []
+        queries = []
+        for call in parsed.tool_calls:
+            resolved = resolve_call(self.tools, call)
+            if isinstance(resolved, str) or resolved[0].fn != self.search:
+                continue
+            query = resolved[1]["query"]
+            try:
+                check_query(query, self.topk)
+            except ToolError:
+                continue
+            queries.append(query)
+        return queries
 
     def _gold_recall(self) -> float:
         """The share of the task's gold passages retrieved so far this episode (-1.0: no gold ids)."""

@@ -131,6 +131,10 @@ class DenseIndex:
     """
 
     name = "dense"
+    #: A query embedded in a batch may differ in its last bits from the same query embedded alone
+    #: (padding, kernel shapes), so a near tie may rank differently: prm/Search-v0 does not batch a
+    #: group's turn on this backend (prm_gym.envs.turn_batch).
+    batch_exact = False
 
     def __init__(self, passages: Sequence[Passage], embeddings: np.ndarray, encoder: Encoder, engine: str = "numpy"):
         if engine not in ENGINES:
