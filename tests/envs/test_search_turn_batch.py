@@ -291,3 +291,29 @@ def test_chat_policies_batch_too(recording: tuple[_Recording, str], tiny_tokeniz
         runs.append(rollout(envs, _ScriptedChat(SCRIPT), chat, seeds=list(range(N)), batch_tools=on))
     assert _signature(runs[0]) == _signature(runs[1])
     assert [len(r) for r in rec.requests] == [5, 7]
+
+
+class _Inexact(_Recording):
+    """A backend whose batch may rank a query differently from a lone search (a dense index's flag)."""
+
+    batch_exact = False
+
+    def __init__(self, index: BM25Index) -> None:
+        super().__init__(index)
+        self.singles: list[str] = []
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        self.singles.append(query)
+        return self.index.search(query, k)
+
+
+def test_a_server_on_an_inexact_backend_answers_a_batch_one_query_at_a_time(index: BM25Index) -> None:
+    """Over HTTP the client cannot see the backend's flag, so the server keeps a batch exact itself."""
+    from prm_gym.envs.search.index.client import HTTPRetriever
+
+    rec = _Inexact(index)
+    queries = ["river city 1", "glassware company", "violinist born"]
+    with RetrievalServer(rec, port=0).start() as srv:
+        got = HTTPRetriever(srv.url).search_batch(queries, 3)
+    assert rec.requests == [] and rec.singles == queries  # no search_batch reached the backend
+    assert [[p.to_dict() for p in hits] for hits in got] == [[p.to_dict() for p in index.search(q, 3)] for q in queries]

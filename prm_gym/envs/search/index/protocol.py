@@ -2,7 +2,8 @@
 
 A backend answers ``search(query, k)`` with a ranked list of :class:`Passage` and
 ``search_batch(queries, k)`` with one list per query (the same lists ``search`` gives, unless the
-backend sets ``batch_exact = False``: then a group's searches are not batched). Backends raise
+backend sets ``batch_exact = False``: then a group's searches are not batched in process, and a
+``RetrievalServer`` on it answers a batch request one ``search`` per query). Backends raise
 :class:`prm_gym.core.errors.RetrievalError` when their infrastructure fails (a server
 down or slow) and :class:`prm_gym.core.errors.ToolError` when the query itself is unusable; a bad
 corpus file or a missing index directory is a :class:`prm_gym.core.errors.ConfigError` at construction.

@@ -99,7 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             req = _unpack(raw) if packed else json.loads(raw or b"null")
             queries, k, scores, single = _validate(req)
-            results = self.server.retriever.search_batch(queries, k)
+            results = _answer(self.server.retriever, queries, k)
         except (ValueError, ToolError) as exc:
             self._reply(400, {"error": str(exc)})
             return
@@ -110,6 +110,15 @@ class _Handler(BaseHTTPRequestHandler):
             [{"document": p.to_dict(), "score": p.score} if scores else p.to_dict() for p in hits] for hits in results
         ]
         self._reply(200, {"result": out[0] if packed and single else out}, packed and _msgpack() is not None)
+
+
+def _answer(retriever: Any, queries: list[str], k: int) -> list[Any]:
+    """A request's results: one ``search_batch``, or, for a backend whose batch may rank a query
+    differently from a lone search (``batch_exact = False``: dense embeddings), one ``search`` per
+    query, so a client batching its group's calls gets exactly what single calls would."""
+    if len(queries) > 1 and not getattr(retriever, "batch_exact", True):
+        return [retriever.search(q, k) for q in queries]
+    return list(retriever.search_batch(queries, k))
 
 
 def _is_msgpack_map(raw: bytes) -> bool:
