@@ -104,6 +104,7 @@ def sft(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
+            opt.zero_grad(set_to_none=True)  # the gradients leave memory before a validation samples
             progress.update(1)
             progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
             if checkpoint is not None and every and (step + 1) % every == 0:

@@ -87,6 +87,7 @@ def train(cfg: TrainConfig) -> Run:
                     )
                 )
                 run.policy.version += 1
+                opt.zero_grad(set_to_none=True)  # no gradient outlives its step: sampling follows
                 release(collect=False)  # the step's freed activations leave the process before sampling resumes
                 learner.after_step(run, checkpoint_due=checkpoint_due(cfg, run.step + 1))
                 if publish is not None:
