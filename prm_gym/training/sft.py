@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from prm_gym.agents.chat import ChatTemplate
+from prm_gym.core.memory import release
 from prm_gym.core.progress import bar
 from prm_gym.training.update import micro_logprobs, recomputing
 
@@ -105,6 +106,7 @@ def sft(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)  # the gradients leave memory before a validation samples
+            release(collect=False)  # and the step's freed activations leave the process
             progress.update(1)
             progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
             if checkpoint is not None and every and (step + 1) % every == 0:
