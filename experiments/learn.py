@@ -280,6 +280,8 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
                 kept[tuple(traj.token_ids)] = (list(traj.token_ids), [int(m) for m in traj.loss_mask])
     for env in envs:
         env.close()
+    del policy  # its bf16 copy and kept KV caches are not needed to fine-tune
+    release()
     steps = min(args.rft_max_steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
     print(f"RFT: {episodes} episodes, {len(kept)} distinct successes, {steps} fine-tuning steps", flush=True)
     if steps:

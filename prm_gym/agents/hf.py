@@ -66,6 +66,11 @@ class HFPolicy:
         self.reuse_prefixes = reuse_prefixes
         self._prefixes: _Prefixes | None = None
 
+    def forget(self) -> None:
+        """Drop the KV caches kept from the last call (the next call prefills its prompts whole): the
+        trainer calls it when a step's episodes are over, before its learner needs the memory."""
+        self._prefixes = None
+
     def reseed(self, seed: int) -> None:
         """Restart the sampler's RNG from ``seed``."""
         self.generator.manual_seed(seed)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -306,3 +307,34 @@ def test_the_default_eval_is_sized_to_the_run() -> None:
     assert TrainConfig(steps=2, eval=EvalConfig(k=(1, 4))).eval.samples == 4
     with pytest.raises(ConfigError, match=r"eval\.k"):
         TrainConfig(steps=2, eval=EvalConfig(samples=2, k=(4,)))
+
+
+def test_each_learner_step_starts_with_the_samplers_kept_caches_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The KV caches an HF sampler keeps for an episode's next turn are useless once the step's
+    episodes are over; the learner step must not hold them (make learn's 4 GB budget)."""
+    from prm_gym.agents.hf import HFPolicy
+    from prm_gym.training import trainer as trainer_module
+
+    held: list[bool] = []
+    step = trainer_module.learner_step
+
+    def watched(model: Any, opt: Any, batch: Any, cfg: Any, **kw: Any) -> Any:
+        held.append(policy[0]._prefixes is not None)
+        return step(model, opt, batch, cfg, **kw)
+
+    policy: list[HFPolicy] = []
+    forget = HFPolicy.forget
+
+    had: list[bool] = []
+
+    def spy(self: HFPolicy) -> None:
+        policy[:] = [self]
+        had.append(self._prefixes is not None)
+        forget(self)
+
+    monkeypatch.setattr(HFPolicy, "forget", spy)
+    monkeypatch.setattr(trainer_module, "learner_step", watched)
+    trainer_module.train(small(tmp_path, steps=2))
+    assert held == [False, False] and any(had)  # the rollouts had kept caches, and none reached the learner
