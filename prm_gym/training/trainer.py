@@ -81,8 +81,6 @@ def train(cfg: TrainConfig) -> Run:
                 )
                 values.update(batch.stats)
                 model, opt, bf16 = learner.model, learner.optimizer, cfg.precision == "bf16"
-                if (forget := getattr(run.policy, "forget", None)) is not None:
-                    forget()  # the episodes are over: their kept KV caches leave before the learner step
                 values.update(
                     learner_step(
                         model, opt, learner.to_device(batch), cfg.loss, ref=run.ref, temperature=temp, autocast=bf16

@@ -125,6 +125,14 @@ def _portable(trajs: list[Trajectory], env_id: str) -> list[Trajectory]:
     return trajs
 
 
+def _forget(policy: Any) -> None:
+    """Drop what a sampler keeps for an episode's next turn (an HF policy's KV caches), once its
+    episodes are over, so the learner step that follows has the memory."""
+    forget = getattr(policy, "forget", None)
+    if forget is not None:
+        forget()
+
+
 class RolloutWorker:
     """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
 
@@ -187,8 +195,16 @@ class RolloutWorker:
         reseed = getattr(self.policy, "reseed", None)
         if reseed is not None:
             reseed(group_seed(seeds, self.spec.seed))
-        if tree is not None:
-            return self._play_tree(env, task_id, seeds, sampling, max_context_tokens, tree)
+        try:
+            if tree is not None:
+                return self._play_tree(env, task_id, seeds, sampling, max_context_tokens, tree)
+            return self._play_chains(env, task_id, seeds, sampling, max_context_tokens)
+        finally:
+            _forget(self.policy)  # the group's episodes are over: their kept KV caches are of no more use
+
+    def _play_chains(
+        self, env: str, task_id: str, seeds: Sequence[int], sampling: SamplingParams, max_context_tokens: int
+    ) -> RolloutUnit:
         envs = self.envs.setdefault(env, [])
         while len(envs) < len(seeds):
             made = self.make_env(env)
@@ -247,7 +263,10 @@ class RolloutWorker:
         envs = self.eval_envs.setdefault(env_id, [])
         while len(envs) < len(episodes):
             envs.append(self.make_env(env_id, held_out=True))
-        trajs = rollout_episodes(envs, self.policy, self.chat, episodes, sampling, max_context_tokens)
+        try:
+            trajs = rollout_episodes(envs, self.policy, self.chat, episodes, sampling, max_context_tokens)
+        finally:
+            _forget(self.policy)
         return _portable(trajs, env_id)
 
     def drop_envs(self) -> None:

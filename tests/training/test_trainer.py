@@ -312,28 +312,29 @@ def test_the_default_eval_is_sized_to_the_run() -> None:
 def test_each_learner_step_starts_with_the_samplers_kept_caches_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The KV caches an HF sampler keeps for an episode's next turn are useless once the step's
+    """The KV caches an HF sampler keeps for an episode's next turn are useless once the group's
     episodes are over; the learner step must not hold them (make learn's 4 GB budget)."""
     from prm_gym.agents.hf import HFPolicy
     from prm_gym.training import trainer as trainer_module
 
-    held: list[bool] = []
-    step = trainer_module.learner_step
-
-    def watched(model: Any, opt: Any, batch: Any, cfg: Any, **kw: Any) -> Any:
-        held.append(policy[0]._prefixes is not None)
-        return step(model, opt, batch, cfg, **kw)
-
-    policy: list[HFPolicy] = []
-    forget = HFPolicy.forget
-
+    samplers: list[HFPolicy] = []
+    init, forget, step = HFPolicy.__init__, HFPolicy.forget, trainer_module.learner_step
     had: list[bool] = []
+    held: list[bool] = []
+
+    def record(self: HFPolicy, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        samplers.append(self)
 
     def spy(self: HFPolicy) -> None:
-        policy[:] = [self]
         had.append(self._prefixes is not None)
         forget(self)
 
+    def watched(model: Any, opt: Any, batch: Any, cfg: Any, **kw: Any) -> Any:
+        held.append(any(p._prefixes is not None for p in samplers))
+        return step(model, opt, batch, cfg, **kw)
+
+    monkeypatch.setattr(HFPolicy, "__init__", record)
     monkeypatch.setattr(HFPolicy, "forget", spy)
     monkeypatch.setattr(trainer_module, "learner_step", watched)
     trainer_module.train(small(tmp_path, steps=2))
