@@ -421,7 +421,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="SFT and GRPO learners recompute activations in the backward pass: the same updates, a third more "
-        "learner compute, the make-learn process within 4 GB (see --loss.activation-checkpointing)",
+        "learner compute, about 1.2-1.3 GB less resident memory (see --loss.activation-checkpointing)",
     )
     return p.parse_args(argv)
 

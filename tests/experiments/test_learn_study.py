@@ -66,8 +66,8 @@ def test_paired_difference_counts_discordant_tasks(study: ModuleType) -> None:
 def test_both_learners_recompute_activations_unless_told_not_to(
     study: ModuleType, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: list[str]
 ) -> None:
-    """make learn keeps its learner steps within its 4 GB budget by recomputing activations
-    (docs/benchmarks.md: bench_learn_memory.py); dropping that silently would double the peak."""
+    """make learn's learners recompute activations (docs/benchmarks.md, make learn's peak memory:
+    the SFT phase 5.5 -> 4.3 GB); dropping that silently would bring the old peak back."""
     args = study.parse_args(["--output-dir", str(tmp_path), *flag])
     seen: dict[str, bool] = {}
 

@@ -313,7 +313,7 @@ def test_each_learner_step_starts_with_the_samplers_kept_caches_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The KV caches an HF sampler keeps for an episode's next turn are useless once the group's
-    episodes are over; the learner step must not hold them (make learn's 4 GB budget)."""
+    episodes are over; the learner step must not hold them (make learn's peak memory)."""
     from prm_gym.agents.hf import HFPolicy
     from prm_gym.training import trainer as trainer_module
 
