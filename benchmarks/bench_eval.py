@@ -110,37 +110,19 @@ def main() -> None:
     print("|---|---|---|")
     for side in rates:
         print(f"| {side} | {median(rates[side]):.2f} | {median(success[side]):.3f} |")
-    emit(
-        "eval",
-        "make-learn base evaluation (SmolLM2-135M, episodes/s)",
-        median(rates["reuse"]),
-        median(rates["recompute"]),
-        "the same evaluation prefilling every turn whole",
-        "episodes/s",
-        "higher",
-        spread=f"ours {spread(rates['reuse'])}, baseline {spread(rates['recompute'])}",
-    )
-    emit(
-        "eval",
-        "make-learn base evaluation, finished rows leave the batch (episodes/s)",
-        median(rates["reuse"]),
-        median(rates["unpacked"]),
-        "the same evaluation keeping every row in the batch until all have stopped",
-        "episodes/s",
-        "higher",
-        spread=f"ours {spread(rates['reuse'])}, baseline {spread(rates['unpacked'])}",
-    )
     print(f"sampling alone (reuse): {median(sampling_alone):.2f} episodes/s")
-    emit(
-        "eval",
-        "make-learn base evaluation against its sampling alone (episodes/s)",
-        median(rates["reuse"]),
-        median(sampling_alone),
-        "the same evaluation's generate calls alone (clocked inside it)",
-        "episodes/s",
-        "higher",
-        spread=f"ours {spread(rates['reuse'])}, baseline {spread(sampling_alone)}",
-    )
+    rows = [
+        ("make-learn base evaluation (SmolLM2-135M, episodes/s)", rates["recompute"],
+         "the same evaluation prefilling every turn whole"),
+        ("make-learn base evaluation, finished rows leave the batch (episodes/s)", rates["unpacked"],
+         "the same evaluation keeping every row in the batch until all have stopped"),
+        ("make-learn base evaluation against its sampling alone (episodes/s)", sampling_alone,
+         "the same evaluation's generate calls alone (clocked inside it)"),
+    ]  # fmt: skip
+    for row, baseline, name in rows:
+        ours = rates["reuse"]
+        emit("eval", row, median(ours), median(baseline), name, "episodes/s", "higher",
+             spread=f"ours {spread(ours)}, baseline {spread(baseline)}")  # fmt: skip
 
 
 if __name__ == "__main__":
