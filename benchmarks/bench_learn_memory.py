@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_learn_memory.py --full     # the whole make learn (over an hour)
 
 Runs ``experiments/learn.py`` (SmolLM2-135M as shipped, bf16 sampling and autocast, SFT batch 8,
-GRPO 4 tasks x 8 samples in micro-batches of 8, held-out evaluation in chunks of 100 episodes: the
+GRPO 4 tasks x 8 samples in micro-batches of 8, held-out evaluation in chunks of 50 episodes: the
 shapes of ``make learn``) into a fresh folder, with fewer steps unless ``--full``: memory follows
 the shapes, not the number of steps. The resident memory of the process (and any children) is
 read from ``/proc`` every 0.25 s; each phase's peak is the largest reading between the lines the
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHORT = ["--sft-steps", "2", "--sft-every", "2", "--steps", "3", "--rft-max-steps", "2", "--eval-tasks", "100"]
+SHORT = ["--sft-steps", "2", "--sft-every", "2", "--steps", "3", "--rft-max-steps", "2", "--eval-tasks", "50"]
 GOAL_MIB = 4096.0
 
 
