@@ -130,11 +130,7 @@ def side_ours(a: argparse.Namespace) -> dict[str, Any]:
 def ours_policy(a: argparse.Namespace) -> str:
     """The trainer's ``--policy``: ``--policy`` itself, or with ``--sampler vllm-engine`` the in-process
     vLLM engine on ``--policy``'s model folder (``hf:<dir>``)."""
-    if a.sampler == "hf":
-        return str(a.policy)
-    if not a.policy.startswith("hf:") or not Path(a.policy[3:]).is_dir():
-        raise SystemExit(f"--sampler vllm-engine needs --policy hf:<a transformers model folder>, not {a.policy}")
-    return f"vllm-engine:{a.policy[3:]}"
+    return str(a.policy) if a.sampler == "hf" else f"vllm-engine:{a.policy[3:]}"  # parse() checked the folder
 
 
 def type_of_sampler(a: argparse.Namespace) -> Any:
@@ -317,6 +313,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.warmup < 1 or a.steps < 1:
         p.error("--warmup and --steps take at least 1")
+    if a.sampler == "vllm-engine" and (not a.policy.startswith("hf:") or not Path(a.policy[3:]).is_dir()):
+        p.error(f"--sampler vllm-engine needs --policy hf:<a transformers model folder>, not {a.policy}")
     return a
 
 
