@@ -67,8 +67,8 @@ class HFPolicy:
         self._prefixes: _Prefixes | None = None
 
     def forget(self) -> None:
-        """Drop the KV caches kept from the last call (the next call prefills its prompts whole): the
-        trainer calls it when a step's episodes are over, before its learner needs the memory."""
+        """Drop the KV caches kept from the last call (the next call prefills its prompts whole): a
+        rollout worker calls it when a group's episodes are over, before the learner needs the memory."""
         self._prefixes = None
 
     def reseed(self, seed: int) -> None:
@@ -157,10 +157,11 @@ class HFPolicy:
             steps = step + 1
             if bool(done.all()) or steps == params.max_new_tokens:
                 break  # the last sampled ids need no forward
-            if int((~done[active]).sum()) <= len(active) * COMPACT_AT:
-                keep = (~done[active]).nonzero().squeeze(-1)
+            sampling_rows = ~done[active]
+            if int(sampling_rows.sum()) <= len(active) * COMPACT_AT:
+                keep = sampling_rows.nonzero().squeeze(-1)
                 if self.reuse_prefixes:
-                    _keep_rows(kept, past, prefill_mask, keys, rows, active, (done[active]).nonzero().squeeze(-1))
+                    _keep_rows(kept, past, prefill_mask, keys, rows, active, (~sampling_rows).nonzero().squeeze(-1))
                 past.reorder_cache(keep.to(device))  # the finished rows leave the batch
                 active, mask, last_pos, prefill_mask = active[keep], mask[keep], last_pos[keep], prefill_mask[keep]
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=-1)

@@ -87,6 +87,7 @@ def sft(
     update, about a third more compute, activation memory of one layer: :func:`recomputing`)."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt.zero_grad(set_to_none=True)  # whatever the model held before
     model.train()
     loss = torch.tensor(0.0)
     progress = bar(steps, "SFT", "step", delay=0.0)
@@ -101,8 +102,7 @@ def sft(
                 ids[b, : len(t)], mask[b, : len(m)], attn[b, : len(t)] = torch.tensor(t), torch.tensor(m), 1
             lp = micro_logprobs(model, ids, attn, 0.0, bf16, mask)
             loss = -(lp * mask).sum() / mask.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # onto no gradients: dropped before the loop and after every step
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)  # the gradients leave memory before a validation samples

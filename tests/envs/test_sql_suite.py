@@ -140,18 +140,23 @@ def test_a_slow_query_shares_one_deadline_across_the_neighbours(tasks: list[Task
     assert took < 1.9 and verdict.score == 0.0 and "time limit" in verdict.detail, (took, verdict)
 
 
-@pytest.fixture(scope="module")
-def big_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("big") / "big.sqlite"
+def _events_db(path: Path, columns: str, rows: int, values: str) -> Path:
+    """A SQLite file at ``path`` with one ``events`` table of ``rows`` rows, row ``n``'s ``values``."""
     conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, amount REAL)")
+    conn.execute(f"CREATE TABLE events ({columns})")
     conn.execute(
-        "INSERT INTO events WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 150000) "
-        "SELECT n, 'kind' || (n % 7), n * 0.5 FROM r"
+        f"INSERT INTO events WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < {rows}) "
+        f"SELECT {values} FROM r"
     )
     conn.commit()
     conn.close()
     return path
+
+
+@pytest.fixture(scope="module")
+def big_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("big") / "big.sqlite"
+    return _events_db(path, "id INTEGER PRIMARY KEY, kind TEXT, amount REAL", 150000, "n, 'kind' || (n % 7), n * 0.5")
 
 
 def test_a_gold_result_past_100k_rows_is_judged(big_db: Path) -> None:
@@ -202,15 +207,8 @@ class _CountingCounter(Counter):  # type: ignore[type-arg]
 @pytest.fixture(scope="module")
 def wide_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("wide") / "wide.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, amount REAL, qty INTEGER)")
-    conn.execute(
-        "INSERT INTO events WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 4000) "
-        "SELECT n, 'kind-' || (n * 7919 % 997), round((n * 31 % 1000) / 7.0, 2), n % 37 FROM r"
-    )
-    conn.commit()
-    conn.close()
-    return path
+    columns = "id INTEGER PRIMARY KEY, kind TEXT, amount REAL, qty INTEGER"
+    return _events_db(path, columns, 4000, "n, 'kind-' || (n * 7919 % 997), round((n * 31 % 1000) / 7.0, 2), n % 37")
 
 
 ROWS, SAMPLE = 3000, ALIGN_SAMPLE  # rows of the gold's result; rows partial credit aligns columns on
