@@ -1,128 +1,150 @@
-"""Held-out evaluation speed of ``make learn``'s base model: prefix reuse on vs off.
+"""``make learn``'s base evaluation, episodes per second: our sampler against its own earlier paths.
 
 Usage::
 
-    python benchmarks/bench_eval.py [--policy hf:smollm2-135m] [--tasks 64] [--rounds 1]
+    python benchmarks/bench_eval.py [--policy hf:smollm2-135m] [--tasks 50] [--rounds 1]
 
-The workload is ``make learn``'s base evaluation (:func:`prm_gym.training.evaluation.evaluate`):
-SmolLM2-135M as shipped sampling from its bfloat16 copy, prm/Math-v0 levels 1-2 test tasks, three
-turns with the calculator, 48 new ids a turn, temperature 1, one episode per task, 32 episodes
-batched at once, 2 torch threads. SmolLM2 as shipped answers almost nothing, so most episodes run
-to the turn limit. The two sides, alternated in one process on the same weights and seeds:
+The workload is ``make learn``'s base evaluation itself (``experiments.learn.play`` with the
+few-shot prompt): SmolLM2-135M as shipped sampling from its bfloat16 copy, prm/Math-v0 levels 5-6
+held-out phrasings (test split), greedy, at most 4 turns x 48 new ids with the calculator, 50
+episodes batched (make learn's ``--chunk``), 2 torch threads. The few-shot prompt is 453 ids and the
+base model answers almost nothing, so most episodes run their 4 turns over a context of 450-650 ids.
+The sides, alternated in one process on the same weights, tasks and seeds:
 
-* ``reuse`` (the library's default): each episode's next turn prefills only its new ids (the last
-  call's KV cache is kept) and distinct prompts prefill their common system prompt once;
-* ``recompute`` (``HFPolicy(reuse_prefixes=False)``, the sampler before): every turn prefills the
-  episode's whole context, distinct prompts separately;
-* ``unpacked`` (reuse on, ``prm_gym.agents.hf.COMPACT_AT = 0``): rows whose turn has stopped stay in
-  the batch until every row of the call has stopped, as before #34; ``reuse`` drops them once at
-  most half the batch is still sampling. The two sample the same ids (a test checks it).
+* ``ours`` (the library's default);
+* ``cat``: the KV cache grown by transformers' ``DynamicCache`` (a ``torch.cat`` of the whole layer
+  every step) instead of :mod:`prm_gym.agents.kv_cache`'s buffers with room for the call's ids;
+* ``unpacked``: rows whose turn has stopped stay in the batch until every row of the call has
+  stopped (``prm_gym.agents.hf.COMPACT_AT = 0``);
+* ``recompute``: no prefix reuse (``HFPolicy(reuse_prefixes=False)``), every turn prefilled whole.
 
-Printed: episodes/s of each side and the success each measured (the same tasks and seeds; success
-figures agree within sampling noise, not bit for bit: reuse changes floating-point rounding).
-
-A second row (#34 item 2, evaluation against sampling alone): in the ``reuse`` evaluations the time
-spent inside the sampler's ``generate`` calls is clocked; "sampling alone" is the episodes over
-that time, i.e. what the evaluation would reach if envs, parsing, judging, chat rendering and
-bookkeeping cost nothing. The ratio is the share of the evaluation's wall clock that is sampling.
+All sides sample the same ids (greedy; tests check the paths agree), so the printed successes must
+match. Printed beside them: sampling alone (the time inside the sampler's ``generate`` calls, clocked
+in the ``ours`` evaluations) and a floor: the ids the evaluation sampled, at the time a decode step
+of the same batch takes with a 16-id context (weights only, no attention to speak of), as if every
+step ran full rows. No sampler on this machine can beat that floor with these weights and this batch.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
+from pathlib import Path
 
 from result_line import emit, median, spread
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def decode_floor(model: object, rows: int, steps: int = 8) -> float:
+    """Seconds of one decode step of ``rows`` rows over a 16-id context (bf16, a KV cache)."""
+    import torch
+
+    from prm_gym.agents.hf import _cache_arg, _cache_of
+
+    with torch.no_grad():
+        ids = torch.randint(100, 1000, (rows, 16))
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)  # type: ignore[operator]
+        past, tok = _cache_of(out), torch.randint(100, 1000, (rows, 1))
+        t0 = time.perf_counter()
+        for s in range(steps):
+            out = model(input_ids=tok, position_ids=torch.full((rows, 1), 16 + s), use_cache=True,  # type: ignore[operator]
+                        **{_cache_arg(model): past})  # fmt: skip
+            past = _cache_of(out)
+        return (time.perf_counter() - t0) / steps
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default="hf:smollm2-135m")
-    ap.add_argument("--tasks", type=int, default=64)
+    ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--sides", default="ours,cat,unpacked,recompute", help="comma-separated; ours is always run")
     args = ap.parse_args()
+    sides = ["ours"] + [s for s in args.sides.split(",") if s and s != "ours"]
+    unknown = set(sides) - {"ours", "cat", "unpacked", "recompute"}
+    if unknown or args.tasks < 1 or args.rounds < 1:
+        ap.error(f"--sides takes ours, cat, unpacked, recompute (got {sorted(unknown)}); --tasks, --rounds >= 1")
 
     import torch
 
-    from prm_gym.agents.chat import ChatTemplate
-    from prm_gym.agents.hf import HFPolicy
-    from prm_gym.core.models import load_hf
-    from prm_gym.training.config import EvalConfig, SamplingConfig, TrainConfig
-    from prm_gym.training.evaluation import InProcess, evaluate
+    sys.path.insert(0, str(ROOT))
+    import prm_gym.agents.hf as hf
+    import prm_gym.agents.kv_cache as kv_cache
+    from experiments import learn
 
     torch.set_num_threads(2)
-    model, tok = load_hf(args.policy)
-    chat = ChatTemplate(tok, tools_block="compact")
-    cfg = TrainConfig(
-        env="prm/Math-v0",
-        env_kwargs=json.dumps({"levels": [1, 2], "max_turns": 3, "num_tasks": 2000}),
-        policy=args.policy,
-        tools_prompt="compact",
-        precision="bf16",
-        progress=False,
-        sampling=SamplingConfig(max_new_tokens=48, temperature=1.0, max_context_tokens=1024),
-        eval=EvalConfig(env_kwargs='{"split": "test"}', num_tasks=args.tasks, samples=1, temperature=1.0),
-    )
+    study = learn.parse_args(["--eval-tasks", str(args.tasks), "--policy", args.policy])
+    model, tok = learn.load_hf(args.policy, study.seed)
+    spent = {"s": 0.0, "ids": 0}
 
-    class Clocked(HFPolicy):
-        """HFPolicy that adds the seconds spent in ``generate`` to ``spent``."""
+    def policy_class(side: str) -> type:
+        class Clocked(hf.HFPolicy):
+            def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+                super().__init__(*a, reuse_prefixes=side != "recompute", **k)
 
-        spent = 0.0
+            def generate(self, prompts, params):  # type: ignore[no-untyped-def]
+                t = time.perf_counter()
+                try:
+                    out = super().generate(prompts, params)
+                    spent["ids"] += sum(len(g.token_ids) for g in out)
+                    return out
+                finally:
+                    spent["s"] += time.perf_counter() - t
 
-        def generate(self, prompts, params):  # type: ignore[no-untyped-def]
-            t = time.perf_counter()
-            try:
-                return super().generate(prompts, params)
-            finally:
-                Clocked.spent += time.perf_counter() - t
+        return Clocked
 
-    sampling_alone: list[float] = []
-    import prm_gym.agents.hf as hf
-
-    packed_at = hf.COMPACT_AT
-    rates: dict[str, list[float]] = {"reuse": [], "recompute": [], "unpacked": []}
-    success: dict[str, list[float]] = {"reuse": [], "recompute": [], "unpacked": []}
+    packed_at, new_cache = hf.COMPACT_AT, kv_cache.new_cache
+    rates: dict[str, list[float]] = {s: [] for s in sides}
+    success: dict[str, list[int]] = {s: [] for s in sides}
+    alone: list[float] = []
+    sampled_ids = 0
     for _ in range(args.rounds):
-        for side in ("recompute", "unpacked", "reuse"):
+        for side in [*sides[1:], "ours"]:
             hf.COMPACT_AT = 0.0 if side == "unpacked" else packed_at
-            policy = Clocked(model, tok, seed=cfg.seed + 7919, sample_dtype="bfloat16", reuse_prefixes=side == "reuse")
-            here = InProcess(policy, chat, cfg)  # plays with this policy as it is (clocked)
-            Clocked.spent = 0.0
+            kv_cache.new_cache = (lambda *a, **k: None) if side == "cat" else new_cache  # type: ignore[assignment]
+            learn.HFPolicy = policy_class(side)  # type: ignore[attr-defined]
+            spent.update(s=0.0, ids=0)
             t0 = time.perf_counter()
-            out = evaluate(policy, chat, cfg, here)
+            recs = learn.play(model, tok, study, "templates", 0.0, study.seed + 10_000, fewshot=True)
             seconds = time.perf_counter() - t0
-            here.close()
-            if side == "reuse":
-                sampling_alone.append(args.tasks / Clocked.spent)
-            rates[side].append(args.tasks / seconds)
-            success[side].append(out["success"])
-            print(
-                f"{side}: {args.tasks} episodes in {seconds:.1f} s ({out['episodes_per_s']:.2f} episodes/s "
-                f"reported), success {out['success']:.3f}",
-                flush=True,
-            )
+            rates[side].append(len(recs) / seconds)
+            success[side].append(sum(r["lenient"] for r in recs))
+            if side == "ours":
+                alone.append(len(recs) / spent["s"])
+                sampled_ids = spent["ids"]
+            print(f"{side}: {len(recs)} episodes in {seconds:.1f} s, lenient successes {success[side][-1]}", flush=True)
+    hf.COMPACT_AT, kv_cache.new_cache = packed_at, new_cache  # type: ignore[assignment]
+    fast = hf.HFPolicy(model, tok, sample_dtype="bfloat16").sampler_model()
+    rows = min(study.chunk, args.tasks)
+    step = min(decode_floor(fast, rows) for _ in range(3))
+    floor = args.tasks / (sampled_ids / rows * step)
     print(
-        f"{args.policy}, bf16 sampler, prm/Math-v0 levels 1-2 test split, 3 turns x 48 ids, T=1, "
-        f"{args.tasks} episodes in chunks of 32, 2 threads, CPU"
+        f"{args.policy}, bf16 sampler, make learn's base evaluation (few-shot prompt, held-out phrasings, greedy), "
+        f"4 turns x 48 ids, {args.tasks} episodes in chunks of {study.chunk}, 2 threads, CPU, {args.rounds} round(s)"
     )
-    print("| sampler | episodes/s | success |")
-    print("|---|---|---|")
-    for side in rates:
-        print(f"| {side} | {median(rates[side]):.2f} | {median(success[side]):.3f} |")
-    print(f"sampling alone (reuse): {median(sampling_alone):.2f} episodes/s")
-    rows = [
-        ("make-learn base evaluation (SmolLM2-135M, episodes/s)", rates["recompute"],
-         "the same evaluation prefilling every turn whole"),
-        ("make-learn base evaluation, finished rows leave the batch (episodes/s)", rates["unpacked"],
-         "the same evaluation keeping every row in the batch until all have stopped"),
-        ("make-learn base evaluation against its sampling alone (episodes/s)", sampling_alone,
-         "the same evaluation's generate calls alone (clocked inside it)"),
-    ]  # fmt: skip
-    for row, baseline, name in rows:
-        ours = rates["reuse"]
-        emit("eval", row, median(ours), median(baseline), name, "episodes/s", "higher",
-             spread=f"ours {spread(ours)}, baseline {spread(baseline)}")  # fmt: skip
+    print("| sampler | episodes/s | lenient successes |\n|---|---|---|")
+    for side in sides:
+        print(f"| {side} | {median(rates[side]):.3f} | {success[side]} |")
+    print(f"sampling alone (ours): {median(alone):.3f} episodes/s")
+    print(
+        f"floor: {sampled_ids} sampled ids / {rows} rows x {step * 1e3:.0f} ms a 16-id-context decode step = "
+        f"{floor:.3f} episodes/s; 200 episodes: ours {200 / median(rates['ours']):.0f} s, floor {200 / floor:.0f} s"
+    )
+    names = {
+        "cat": "the same evaluation with transformers' DynamicCache (torch.cat every step)",
+        "unpacked": "the same evaluation keeping every row in the batch until all have stopped",
+        "recompute": "the same evaluation prefilling every turn whole",
+    }
+    ours = rates["ours"]
+    for side in sides[1:]:
+        theirs = rates[side]
+        emit("eval", f"make-learn base evaluation vs {side} (episodes/s)", median(ours), median(theirs),
+             names[side], "episodes/s", "higher", spread=f"ours {spread(ours)}, baseline {spread(theirs)}")  # fmt: skip
+    emit("eval", "make-learn base evaluation against its sampling alone (episodes/s)", median(ours), median(alone),
+         "the same evaluation's generate calls alone (clocked inside it)", "episodes/s", "higher",
+         spread=f"ours {spread(ours)}, baseline {spread(alone)}")  # fmt: skip
 
 
 if __name__ == "__main__":

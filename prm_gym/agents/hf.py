@@ -24,6 +24,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from prm_gym.agents import kv_cache
+from prm_gym.agents.kv_cache import plain_layers
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import Generation, SamplingParams
 
@@ -122,7 +124,8 @@ class HFPolicy:
         if store is not None and store.owner != (id(model), self.version):
             store = None
         share = SHARED_PREFIX_MIN if self.reuse_prefixes else None
-        past, logits, mask = _prefill(model, keys, self.tokenizer.pad_token_id or 0, device, store, share)
+        pad = self.tokenizer.pad_token_id or 0
+        past, logits, mask = _prefill(model, keys, pad, device, store, share, params.max_new_tokens)
         gen = self.generator
         n = len(prompts)
         rows: list[list[int]] = [[] for _ in range(n)]
@@ -211,16 +214,6 @@ class _Prefixes:
         return None
 
 
-def _plain_layers(cache: Any) -> list[Any] | None:
-    """The per-layer (keys, values) holders of a plain dynamic cache, or None (another kind)."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    if type(cache) is not DynamicCache or not layers or any(type(x) is not DynamicLayer for x in layers):
-        return None
-    return list(layers)
-
-
 COMPACT_AT = 0.5
 """A sampling call drops its finished rows from the batch once at most this share of the rows in
 the batch is still sampling (so a turn whose rows stop at different lengths stops computing the
@@ -240,7 +233,7 @@ def _keep_rows(
     sampled ids but the last), without padding: ``active[p]`` is the row's index in ``keys``."""
     import torch
 
-    layers = _plain_layers(past)
+    layers = plain_layers(past)
     if layers is None:
         return
     width = prefill_mask.shape[1]
@@ -270,7 +263,7 @@ def _remember(
     ``kept`` when they left it."""
     import torch
 
-    if _plain_layers(past) is None:
+    if plain_layers(past) is None:
         return None
     _keep_rows(kept, past, prefill_mask, keys, rows, active, torch.arange(len(active)))
     return _Prefixes(owner, kept)
@@ -294,6 +287,7 @@ def _prefill(
     device: Any,
     store: _Prefixes | None = None,
     share: int | None = SHARED_PREFIX_MIN,
+    room: int = 0,
 ) -> tuple[Any, Any, Any]:
     """The KV cache, last-position logits and attention mask of the prompts ``keys``.
 
@@ -302,7 +296,8 @@ def _prefill(
     share one prefill of their common leading ids (the system prompt) when there are at least
     ``share`` (None: never). Only the remaining ids of each prompt are computed, right-aligned
     after its cached part, with the gap masked and explicit position ids, and only the last
-    position is projected onto the vocabulary.
+    position is projected onto the vocabulary. The cache keeps ``room`` spare columns per layer for
+    the ids to be sampled (:mod:`prm_gym.agents.kv_cache`).
     """
     import torch
 
@@ -324,7 +319,7 @@ def _prefill(
         if shared >= share:
             ids = torch.tensor([uniq[fresh[0]][:shared]], device=device)
             out = model(input_ids=ids, use_cache=True, **extra)
-            layers = _plain_layers(_cache_of(out))
+            layers = plain_layers(_cache_of(out))
             if layers is not None:
                 kv = [(x.keys, x.values) for x in layers]
                 for i in fresh:
@@ -341,9 +336,13 @@ def _prefill(
         mask[i, done + todo - len(rest) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]
-    step: dict[str, Any] = {}
-    if done:
-        step[_cache_arg(model)] = _padded_cache(cached, done)
+    data = _padded_cache(cached, done) if done else None
+    cache = kv_cache.new_cache(model, room + (todo if data is not None else 0), data)
+    if cache is None and data is not None:
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache(data)
+    step = {} if cache is None else {_cache_arg(model): cache}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra, **step)
     past, logits = _cache_of(out), out.logits[:, -1, :]
     if k < len(keys):
@@ -353,11 +352,10 @@ def _prefill(
     return past, logits, mask
 
 
-def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width: int) -> Any:
-    """One dynamic cache of ``width`` columns from per-prompt caches, each right-aligned (zeros
-    before it, which the attention mask hides)."""
+def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width: int) -> list[tuple[Any, Any]]:
+    """The (keys, values) of each layer, ``width`` columns, from per-prompt caches, each
+    right-aligned (zeros before it, which the attention mask hides)."""
     import torch
-    from transformers.cache_utils import DynamicCache
 
     some = next(kv for _, kv in cached if kv is not None)
     data = []
@@ -376,7 +374,7 @@ def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width:
                 value = torch.cat([value.new_zeros((1, value.shape[1], gap, value.shape[3])), value], dim=2)
             parts.append((key, value))
         data.append((torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])))
-    return DynamicCache(data)
+    return data
 
 
 def _cache_arg(model: Any) -> str:

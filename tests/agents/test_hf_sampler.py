@@ -129,3 +129,51 @@ def test_finished_rows_leave_the_batch_and_nothing_sampled_changes(
         for a, b in zip(turn_packed, turn_whole, strict=True):  # the kept caches of later turns included
             assert (a.token_ids, a.finish_reason) == (b.token_ids, b.finish_reason)
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_the_roomy_cache_computes_what_transformers_cache_does_without_copying_per_step(
+    model: Any, tiny_tokenizer: Any
+) -> None:
+    from transformers.cache_utils import DynamicCache
+
+    from prm_gym.agents.kv_cache import new_cache, plain_layers, roomy_layer_class
+
+    ids = torch.tensor([tiny_tokenizer.encode("What is 12 * 7? Use the tool.")] * 3)
+    ids[1, :2] = 0
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    logits: dict[str, list[torch.Tensor]] = {}
+    for name, cache in (("plain", DynamicCache()), ("roomy", new_cache(model, room=4))):
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+            seen, m = [out.logits[:, -1]], mask
+            buffers = {x._k.data_ptr() for x in plain_layers(cache) or []} if name == "roomy" else set()
+            for step in range(7):  # past the room of 4: the buffers move once, then hold again
+                if step == 2:
+                    cache.reorder_cache(torch.tensor([2, 0, 0]))  # rows picked and repeated
+                    m = m[torch.tensor([2, 0, 0])]
+                m = torch.cat([m, torch.ones((3, 1), dtype=m.dtype)], dim=-1)
+                tok = seen[-1].argmax(-1, keepdim=True)
+                pos = m.sum(-1, keepdim=True) - 1
+                out = model(input_ids=tok, attention_mask=m, position_ids=pos, cache=cache, use_cache=True)
+                seen.append(out.logits[:, -1])
+                if name == "roomy" and step in (1, 3):  # no new buffer while the room lasts
+                    assert {x._k.data_ptr() for x in plain_layers(cache) or []} == buffers
+                if name == "roomy" and step == 2:
+                    buffers = {x._k.data_ptr() for x in plain_layers(cache) or []}
+        logits[name] = seen
+    assert all(type(x) is roomy_layer_class() for x in plain_layers(new_cache(model, 1)) or [None])
+    for a, b in zip(logits["plain"], logits["roomy"], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_sampler_decodes_into_roomy_caches(model: Any, tiny_tokenizer: Any) -> None:
+    from prm_gym.agents.kv_cache import roomy_layer_class
+
+    kinds: list[set[type]] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: kinds.append({type(x) for x in kw["cache"].layers}) if kw.get("cache") else None,
+        with_kwargs=True,
+    )
+    HFPolicy(model, tiny_tokenizer).generate([tiny_tokenizer.encode("hello there")] * 2, GREEDY)
+    assert kinds and all(k == {roomy_layer_class()} for k in kinds)
