@@ -177,3 +177,17 @@ def test_the_sampler_decodes_into_roomy_caches(model: Any, tiny_tokenizer: Any) 
     )
     HFPolicy(model, tiny_tokenizer).generate([tiny_tokenizer.encode("hello there")] * 2, GREEDY)
     assert kinds and all(k == {roomy_layer_class()} for k in kinds)
+
+
+def test_models_without_plain_full_attention_layers_keep_their_own_cache() -> None:
+    from types import SimpleNamespace
+
+    from transformers import MistralConfig
+
+    from prm_gym.agents.kv_cache import new_cache
+
+    sliding = MistralConfig(num_hidden_layers=2, sliding_window=8, hidden_size=32, num_attention_heads=2)
+    assert new_cache(SimpleNamespace(config=sliding), room=4) is None  # sliding-window layers: transformers' cache
+    assert new_cache(SimpleNamespace(), room=4) is None  # no transformers config: the model's own cache
+    full = MistralConfig(num_hidden_layers=2, sliding_window=None, hidden_size=32, num_attention_heads=2)
+    assert len(new_cache(SimpleNamespace(config=full), room=4).layers) == 2
