@@ -44,7 +44,7 @@ import prm_gym  # noqa: F401  (registers the prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, rollout
-from prm_gym.core.memory import release
+from prm_gym.core.memory import map_large_allocations, release
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env
@@ -415,6 +415,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--chunk", type=int, default=50, help="held-out episodes played as one batch (100: 5.8 GB resident)")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument(
+        "--map-large-allocations",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give every allocation of 128 KB or more its own mapping, returned when freed (glibc): a GRPO "
+        "step peaks near 3.7 GB instead of 5-6 GB, its learner about 1.4x slower (docs/benchmarks.md)",
+    )
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="see train-agent --precision")
     p.add_argument(
         "--activation-checkpointing",
@@ -429,6 +436,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.map_large_allocations:
+        map_large_allocations()  # freed activations and caches leave the process at once (4 GB peak, #34)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     phases: dict[str, Any] = json.loads((out / "phases.json").read_text()) if (out / "phases.json").exists() else {}
