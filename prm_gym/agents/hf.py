@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prm_gym.agents import kv_cache
@@ -126,6 +126,7 @@ class HFPolicy:
         share = SHARED_PREFIX_MIN if self.reuse_prefixes else None
         pad = self.tokenizer.pad_token_id or 0
         past, logits, mask = _prefill(model, keys, pad, device, store, share, params.max_new_tokens)
+        self._prefixes = store = None  # copied into the batch's cache: the kept ones leave memory now
         gen = self.generator
         n = len(prompts)
         rows: list[list[int]] = [[] for _ in range(n)]
@@ -341,7 +342,7 @@ def _prefill(
     if cache is None and data is not None:
         from transformers.cache_utils import DynamicCache
 
-        cache = DynamicCache(data)
+        cache = DynamicCache(list(data))
     step = {} if cache is None else {_cache_arg(model): cache}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra, **step)
     past, logits = _cache_of(out), out.logits[:, -1, :]
@@ -352,13 +353,13 @@ def _prefill(
     return past, logits, mask
 
 
-def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width: int) -> list[tuple[Any, Any]]:
+def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width: int) -> Iterator[tuple[Any, Any]]:
     """The (keys, values) of each layer, ``width`` columns, from per-prompt caches, each
-    right-aligned (zeros before it, which the attention mask hides)."""
+    right-aligned (zeros before it, which the attention mask hides); one layer at a time, so a
+    consumer that copies each into its own buffer holds one layer's batch beside it, not all."""
     import torch
 
     some = next(kv for _, kv in cached if kv is not None)
-    data = []
     for layer in range(len(some)):
         parts = []
         for _, kv in cached:
@@ -373,8 +374,7 @@ def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width:
                 key = torch.cat([key.new_zeros((1, key.shape[1], gap, key.shape[3])), key], dim=2)
                 value = torch.cat([value.new_zeros((1, value.shape[1], gap, value.shape[3])), value], dim=2)
             parts.append((key, value))
-        data.append((torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])))
-    return data
+        yield torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 def _cache_arg(model: Any) -> str:

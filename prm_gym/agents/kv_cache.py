@@ -11,6 +11,7 @@ through a strided view). It also avoids the transient second copy of each layer 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, cast
 
 
@@ -90,8 +91,9 @@ def plain_layers(cache: Any) -> list[Any] | None:
     return list(layers)
 
 
-def new_cache(model: Any, room: int, data: list[tuple[Any, Any]] | None = None) -> Any:
-    """An empty cache for ``model`` (or one holding ``data``, a (keys, values) pair per layer) whose
+def new_cache(model: Any, room: int, data: Iterable[tuple[Any, Any]] | None = None) -> Any:
+    """An empty cache for ``model`` (or one holding ``data``, a (keys, values) pair per layer, taken
+    one layer at a time) whose
     layers keep ``room`` spare columns; None when ``model``'s layers are not all plain full-attention
     ones, or it has no transformers config (the caller then lets the model make its own cache)."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -101,12 +103,13 @@ def new_cache(model: Any, room: int, data: list[tuple[Any, Any]] | None = None) 
     if probe is None or not probe.layers or any(type(x) is not DynamicLayer for x in probe.layers):
         return None
     cls = roomy_layer_class()
+    pairs = iter(data) if data is not None else None
     layers = []
-    for i in range(len(probe.layers)):
+    for _ in range(len(probe.layers)):
         layer = cls()
         layer.room = room
-        if data is not None:
-            layer.update(*data[i])
+        if pairs is not None:
+            layer.update(*next(pairs))
         layers.append(layer)
     probe.layers = layers
     return probe
