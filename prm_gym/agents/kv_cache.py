@@ -12,10 +12,13 @@ through a strided view). It also avoids the transient second copy of each layer 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from typing import Any, cast
 
 
-def _layer_class() -> type:
+@cache
+def roomy_layer_class() -> type:
+    """The :class:`RoomyLayer` class (built on first use: transformers is imported lazily)."""
     from transformers.cache_utils import DynamicLayer
 
     class RoomyLayer(DynamicLayer):
@@ -69,16 +72,6 @@ def _layer_class() -> type:
     return RoomyLayer
 
 
-_ROOMY: list[type] = []
-
-
-def roomy_layer_class() -> type:
-    """The :class:`RoomyLayer` class (built on first use: transformers is imported lazily)."""
-    if not _ROOMY:
-        _ROOMY.append(_layer_class())
-    return _ROOMY[0]
-
-
 def plain_layers(cache: Any) -> list[Any] | None:
     """The per-layer (keys, values) holders of a plain dynamic cache (ours or transformers'), or
     None (a cache of another kind: sliding windows, quantized, static...)."""
@@ -93,9 +86,9 @@ def plain_layers(cache: Any) -> list[Any] | None:
 
 def new_cache(model: Any, room: int, data: Iterable[tuple[Any, Any]] | None = None) -> Any:
     """An empty cache for ``model`` (or one holding ``data``, a (keys, values) pair per layer, taken
-    one layer at a time) whose
-    layers keep ``room`` spare columns; None when ``model``'s layers are not all plain full-attention
-    ones, or it has no transformers config (the caller then lets the model make its own cache)."""
+    one layer at a time) whose layers keep ``room`` spare columns; None when ``model``'s layers are
+    not all plain full-attention ones, or it has no transformers config (the caller then lets the
+    model make its own cache)."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     config = getattr(model, "config", None)
