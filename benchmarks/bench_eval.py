@@ -12,17 +12,24 @@ base model answers almost nothing, so most episodes run their 4 turns over a con
 The sides, alternated in one process on the same weights, tasks and seeds:
 
 * ``ours`` (the library's default);
+* ``copied``: the few-shot prefix the rows share copied into every row's KV cache and read once
+  per row, instead of held once and read once for the batch (:mod:`prm_gym.agents.shared_prefix`);
 * ``cat``: the KV cache grown by transformers' ``DynamicCache`` (a ``torch.cat`` of the whole layer
-  every step) instead of :mod:`prm_gym.agents.kv_cache`'s buffers with room for the call's ids;
+  every step) instead of :mod:`prm_gym.agents.kv_cache`'s buffers with room for the call's ids (and
+  so, as it needs those, the prefix copied too);
 * ``unpacked``: rows whose turn has stopped stay in the batch until every row of the call has
   stopped (``prm_gym.agents.hf.COMPACT_AT = 0``);
 * ``recompute``: no prefix reuse (``HFPolicy(reuse_prefixes=False)``), every turn prefilled whole.
 
-All sides sample the same ids (greedy; tests check the paths agree), so the printed successes must
-match. Printed beside them: sampling alone (the time inside the sampler's ``generate`` calls, clocked
-in the ``ours`` evaluations) and a floor: the ids the evaluation sampled, at the time a decode step
-of the same batch takes with a 16-id context (weights only, no attention to speak of), as if every
-step ran full rows. No sampler on this machine can beat that floor with these weights and this batch.
+All sides compute the same attention (tests check the paths agree), greedy. ``ours`` and
+``unpacked`` hold the shared prefix once and merge attention over it and over the rest through
+their log-sum-exps; ``copied``, ``cat`` and ``recompute`` copy it into the rows, which rounds
+bfloat16 differently, so a near-tie may rarely pick another id and the printed successes may differ
+by an episode or two. Printed beside them: sampling alone (the time inside the sampler's
+``generate`` calls, clocked in the ``ours`` evaluations) and a floor: the ids the evaluation
+sampled, at the time a decode step of the same batch takes with a 16-id context (weights only, no
+attention to speak of), as if every step ran full rows. No sampler on this machine can beat that
+floor with these weights and this batch.
 """
 
 from __future__ import annotations
@@ -60,12 +67,13 @@ def main() -> None:
     ap.add_argument("--policy", default="hf:smollm2-135m")
     ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--sides", default="ours,cat,unpacked,recompute", help="comma-separated; ours is always run")
+    ap.add_argument("--sides", default="ours,copied,cat,unpacked,recompute", help="comma-separated; ours always runs")
     args = ap.parse_args()
     sides = ["ours"] + [s for s in args.sides.split(",") if s and s != "ours"]
-    unknown = set(sides) - {"ours", "cat", "unpacked", "recompute"}
+    known = ("ours", "copied", "cat", "unpacked", "recompute")
+    unknown = set(sides) - set(known)
     if unknown or args.tasks < 1 or args.rounds < 1:
-        ap.error(f"--sides takes ours, cat, unpacked, recompute (got {sorted(unknown)}); --tasks, --rounds >= 1")
+        ap.error(f"--sides takes {', '.join(known)} (got {sorted(unknown)}); --tasks, --rounds >= 1")
 
     import torch
 
@@ -95,7 +103,7 @@ def main() -> None:
 
         return Clocked
 
-    packed_at, new_cache = hf.COMPACT_AT, kv_cache.new_cache
+    packed_at, new_cache, splits = hf.COMPACT_AT, kv_cache.new_cache, hf._splits
     rates: dict[str, list[float]] = {s: [] for s in sides}
     success: dict[str, list[int]] = {s: [] for s in sides}
     alone: list[float] = []
@@ -104,6 +112,7 @@ def main() -> None:
         for side in [*sides[1:], "ours"]:
             hf.COMPACT_AT = 0.0 if side == "unpacked" else packed_at
             kv_cache.new_cache = (lambda *a, **k: None) if side == "cat" else new_cache  # type: ignore[assignment]
+            hf._splits = (lambda model: False) if side == "copied" else splits  # type: ignore[assignment]
             learn.HFPolicy = policy_class(side)  # type: ignore[attr-defined]
             spent.update(s=0.0, ids=0)
             t0 = time.perf_counter()
@@ -115,7 +124,7 @@ def main() -> None:
                 alone.append(len(recs) / spent["s"])
                 sampled_ids = spent["ids"]
             print(f"{side}: {len(recs)} episodes in {seconds:.1f} s, lenient successes {success[side][-1]}", flush=True)
-    hf.COMPACT_AT, kv_cache.new_cache = packed_at, new_cache  # type: ignore[assignment]
+    hf.COMPACT_AT, kv_cache.new_cache, hf._splits = packed_at, new_cache, splits  # type: ignore[assignment]
     fast = hf.HFPolicy(model, tok, sample_dtype="bfloat16").sampler_model()
     rows = min(study.chunk, args.tasks)
     step = min(decode_floor(fast, rows) for _ in range(3))
@@ -133,6 +142,7 @@ def main() -> None:
         f"{floor:.3f} episodes/s; 200 episodes: ours {200 / median(rates['ours']):.0f} s, floor {200 / floor:.0f} s"
     )
     names = {
+        "copied": "the same evaluation with the shared few-shot prefix copied into every row",
         "cat": "the same evaluation with transformers' DynamicCache (torch.cat every step)",
         "unpacked": "the same evaluation keeping every row in the batch until all have stopped",
         "recompute": "the same evaluation prefilling every turn whole",

@@ -9,7 +9,10 @@ prefill, whose cache is then copied per row, and the prefill computes logits for
 only. Distinct prompts share one prefill of their common leading ids (the system prompt). And the
 KV cache of each sequence of the last call (prompt + sampled ids) is kept until the next call, so
 the next turn of an episode, whose prompt extends it, prefills only the tool result and the new
-generation prompt (the keys are exact token ids, and a weights update drops them).
+generation prompt (the keys are exact token ids, and a weights update drops them). A prefix that
+every row of a call starts with (a few-shot prompt, a system prompt) is held once rather than
+copied into every row, and attention reads it once for the batch
+(:mod:`prm_gym.agents.shared_prefix`; CPU models with SDPA attention).
 With ``sample_dtype="bfloat16"`` it samples from a bfloat16 copy of the weights
 (refreshed whenever :attr:`HFPolicy.version` moves), about 3x faster than fp32 on CPUs with
 AVX512-BF16 or AMX; the behaviour log-probs are then the bfloat16 sampler's, which the learner's
@@ -24,7 +27,7 @@ import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prm_gym.agents import kv_cache
+from prm_gym.agents import kv_cache, shared_prefix
 from prm_gym.agents.kv_cache import plain_layers
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import Generation, SamplingParams
@@ -125,7 +128,8 @@ class HFPolicy:
             store = None
         share = SHARED_PREFIX_MIN if self.reuse_prefixes else None
         pad = self.tokenizer.pad_token_id or 0
-        past, logits, mask = _prefill(model, keys, pad, device, store, share, params.max_new_tokens)
+        split = self.reuse_prefixes and _splits(model)
+        past, logits, mask, prefix = _prefill(model, keys, pad, device, store, share, params.max_new_tokens, split)
         self._prefixes = store = None  # copied into the batch's cache: the kept ones leave memory now
         gen = self.generator
         n = len(prompts)
@@ -133,7 +137,7 @@ class HFPolicy:
         lps: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
         done = torch.zeros(n, dtype=torch.bool)
-        last_pos = mask.sum(-1) - 1
+        last_pos = mask.sum(-1) - 1 + (len(prefix.ids) if prefix is not None else 0)
         prefill_mask = mask
         active = torch.arange(n)  # the rows the cache holds, in its batch order
         kept: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}  # caches of rows dropped from the batch
@@ -171,6 +175,8 @@ class HFPolicy:
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=-1)
             last_pos = last_pos + 1
             step_arg = {_cache_arg(model): past}
+            if prefix is not None:
+                step_arg["shared_prefix"] = prefix.layers
             out = model(
                 input_ids=tok[active.to(device)][:, None],
                 attention_mask=mask,
@@ -181,7 +187,8 @@ class HFPolicy:
             past, logits = _cache_of(out), out.logits[:, -1, :]
         self._prefixes = None  # the last call's caches are consumed (or stale) either way
         if self.reuse_prefixes:
-            self._prefixes = _remember(past, prefill_mask, keys, rows, active, kept, (id(model), self.version))
+            owner = (id(model), self.version)
+            self._prefixes = _remember(past, prefill_mask, keys, rows, active, kept, owner, prefix)
         return rows, lps, finish
 
     def _hit_stop(self, row: list[int], stop: Sequence[str], window: int) -> bool:
@@ -195,16 +202,40 @@ SHARED_PREFIX_MIN = 16
 """Distinct prompts that share at least this many leading ids (a system prompt) prefill them once."""
 
 
+class _Shared:
+    """A prompt prefix every row of a batch starts with, its keys and values held once per layer
+    (``(1, kv_heads, len(ids), d)``): the rows' caches hold only the ids after it
+    (:mod:`prm_gym.agents.shared_prefix`)."""
+
+    def __init__(self, ids: tuple[int, ...], layers: list[tuple[Any, Any]]):
+        self.ids = ids
+        self.layers = layers
+
+
+def _splits(model: Any) -> bool:
+    """Whether ``model`` can sample with a :class:`_Shared` prefix: shared-prefix attention is on and
+    its cache layers are plain full-attention ones."""
+    return shared_prefix.enable(model) and kv_cache.new_cache(model, 0) is not None
+
+
 class _Prefixes:
     """The KV caches of the last call's sequences (prompt + sampled ids but the last), per row, so
     that the next turn of an episode, whose prompt extends them, prefills only its new ids.
 
     ``owner`` is ``(id(model), version)``: another model or a weights update invalidates them.
+    With ``prefix``, every sequence starts with ``prefix.ids`` and its entry holds only the ids
+    after them.
     """
 
-    def __init__(self, owner: tuple[int, int], entries: dict[tuple[int, ...], list[tuple[Any, Any]]]):
+    def __init__(
+        self,
+        owner: tuple[int, int],
+        entries: dict[tuple[int, ...], list[tuple[Any, Any]]],
+        prefix: _Shared | None = None,
+    ):
         self.owner = owner
         self.entries = entries
+        self.prefix = prefix
         self.lengths = sorted({len(k) for k in entries}, reverse=True)
 
     def longest(self, key: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]]] | None:
@@ -259,15 +290,16 @@ def _remember(
     active: Any,
     kept: dict[tuple[int, ...], list[tuple[Any, Any]]],
     owner: tuple[int, int],
+    prefix: _Shared | None = None,
 ) -> _Prefixes | None:
-    """Each row's cache over its real ids: the rows still in the batch (``active``) added to the ones
-    ``kept`` when they left it."""
+    """Each row's cache over its real ids (after ``prefix``, if any): the rows still in the batch
+    (``active``) added to the ones ``kept`` when they left it."""
     import torch
 
     if plain_layers(past) is None:
         return None
     _keep_rows(kept, past, prefill_mask, keys, rows, active, torch.arange(len(active)))
-    return _Prefixes(owner, kept)
+    return _Prefixes(owner, kept, prefix)
 
 
 def _common_prefix(keys: Sequence[tuple[int, ...]]) -> int:
@@ -289,8 +321,9 @@ def _prefill(
     store: _Prefixes | None = None,
     share: int | None = SHARED_PREFIX_MIN,
     room: int = 0,
-) -> tuple[Any, Any, Any]:
-    """The KV cache, last-position logits and attention mask of the prompts ``keys``.
+    split: bool = False,
+) -> tuple[Any, Any, Any, _Shared | None]:
+    """The KV cache, last-position logits, attention mask and shared prefix of the prompts ``keys``.
 
     Equal prompts are computed once. A prompt that extends a sequence of the previous call
     (``store``: the episode's last turn) reuses that sequence's cache; the other distinct prompts
@@ -299,6 +332,11 @@ def _prefill(
     after its cached part, with the gap masked and explicit position ids, and only the last
     position is projected onto the vocabulary. The cache keeps ``room`` spare columns per layer for
     the ids to be sampled (:mod:`prm_gym.agents.kv_cache`).
+
+    With ``split`` (the model has shared-prefix attention), a prefix that every prompt starts with
+    (the common leading ids of a call's fresh prompts, or the previous call's prefix, which every
+    prompt extends) is not copied into the rows: the cache and the mask cover the ids after it,
+    and the prefix comes back as a :class:`_Shared` to pass to every forward (None otherwise).
     """
     import torch
 
@@ -311,8 +349,17 @@ def _prefill(
             uniq.append(key)
         index.append(first[key])
     cached: list[tuple[int, list[tuple[Any, Any]] | None]] = [(0, None)] * len(uniq)
+    prefix = None
     if store is not None:
         cached = [store.longest(u) or (0, None) for u in uniq]
+        prefix = store.prefix
+        if prefix is not None:
+            p = prefix.ids
+            if split and all(len(u) > len(p) and u[: len(p)] == p for u in uniq):
+                cached = [(n, kv) if n else (len(p), None) for n, kv in cached]
+            else:  # a prompt that does not extend the prefix: the kept caches take it back
+                cached = [(n, _joined(prefix, kv)) if kv is not None else (0, None) for n, kv in cached]
+                prefix = None
     fresh = [i for i, (n, _) in enumerate(cached) if n == 0]
     extra = {"logits_to_keep": 1} if forward_takes(model, "logits_to_keep") else {}
     if len(fresh) > 1 and share is not None:
@@ -323,9 +370,12 @@ def _prefill(
             layers = plain_layers(_cache_of(out))
             if layers is not None:
                 kv = [(x.keys, x.values) for x in layers]
+                if split and len(fresh) == len(uniq):
+                    prefix = _Shared(uniq[fresh[0]][:shared], kv)
                 for i in fresh:
-                    cached[i] = (shared, kv)
-    done = max(n for n, _ in cached)
+                    cached[i] = (shared, None if prefix is not None else kv)
+    lead = len(prefix.ids) if prefix is not None else 0  # the rows' caches start after it
+    done = max(n - lead for n, _ in cached)
     todo = max(len(u) - n for u, (n, _) in zip(uniq, cached, strict=True))
     k = len(uniq)
     ids = torch.full((k, todo), pad, dtype=torch.long)
@@ -333,24 +383,36 @@ def _prefill(
     for i, (u, (n, _)) in enumerate(zip(uniq, cached, strict=True)):
         rest = u[n:]
         ids[i, todo - len(rest) :] = torch.tensor(rest)
-        mask[i, done - n : done] = 1
+        mask[i, done - (n - lead) : done] = 1
         mask[i, done + todo - len(rest) :] = 1
     ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:] + lead
     data = _padded_cache(cached, done) if done else None
     cache = kv_cache.new_cache(model, room + (todo if data is not None else 0), data)
     if cache is None and data is not None:
         from transformers.cache_utils import DynamicCache
 
         cache = DynamicCache(list(data))
-    step = {} if cache is None else {_cache_arg(model): cache}
+    step: dict[str, Any] = {} if cache is None else {_cache_arg(model): cache}
+    if prefix is not None:
+        step["shared_prefix"] = prefix.layers
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra, **step)
     past, logits = _cache_of(out), out.logits[:, -1, :]
     if k < len(keys):
         expand = torch.tensor(index, device=device)
         past.reorder_cache(expand)  # a Cache object (transformers >= 4.36), copies each layer's rows
         logits, mask = logits[expand], mask[expand]
-    return past, logits, mask
+    return past, logits, mask, prefix
+
+
+def _joined(prefix: _Shared, layers: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """A kept row cache (the ids after ``prefix``) with the prefix put back in front."""
+    import torch
+
+    return [
+        (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2))
+        for (pk, pv), (k, v) in zip(prefix.layers, layers, strict=True)
+    ]
 
 
 def _padded_cache(cached: list[tuple[int, list[tuple[Any, Any]] | None]], width: int) -> Iterator[tuple[Any, Any]]:
