@@ -12,6 +12,7 @@ from prm_gym.agents import shared_prefix
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.models import tiny_model
 from prm_gym.core.policy import SamplingParams
+from tests.agents.test_hf_sampler import _turns
 
 SYSTEM = "<|im_start|>system\nYou are a careful assistant that solves tasks.<|im_end|>\n"
 
@@ -50,15 +51,6 @@ def test_split_attention_equals_attention_over_the_copied_prefix(heads: int, kv_
     assert torch.allclose(causal_only, _reference(q, k, v, causal.expand(b, 1, queries, s), pk, pv), atol=1e-5)
     additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
     assert torch.allclose(shared_prefix.split_attention(q, k, v, additive, pk, pv, None), out, atol=1e-6)
-
-
-def _turns(policy: HFPolicy, prompts: list[list[int]], tokenizer: Any, params: SamplingParams) -> list[list[Any]]:
-    out = []
-    for turn in range(3):
-        gens = policy.generate(prompts, params)
-        out.append(gens)
-        prompts = [p + g.token_ids + tokenizer.encode(f" result {turn} ") for p, g in zip(prompts, gens, strict=True)]
-    return out
 
 
 def test_the_sampler_holds_a_shared_prefix_once_and_samples_as_if_it_were_copied(
