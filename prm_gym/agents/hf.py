@@ -72,9 +72,15 @@ class HFPolicy:
         self._prefixes: _Prefixes | None = None
 
     def forget(self) -> None:
-        """Drop the KV caches kept from the last call (the next call prefills its prompts whole): a
-        rollout worker calls it when a group's episodes are over, before the learner needs the memory."""
+        """Drop what the sampler keeps between calls, so that the learner step that follows has the
+        memory: the KV caches kept from the last call (the next call prefills its prompts whole) and
+        the weights of the ``sample_dtype`` copy (refilled from ``model`` by the next call, the same
+        numbers). A rollout worker calls it when a group's episodes are over."""
         self._prefixes = None
+        if self._copy is not None:
+            for p in self._copy.parameters():
+                p.data = p.data.new_empty(0)
+            self._copy_version = -1
 
     def reseed(self, seed: int) -> None:
         """Restart the sampler's RNG from ``seed``."""
@@ -99,7 +105,10 @@ class HFPolicy:
         elif self._copy_version != self.version:
             with torch.no_grad():
                 for fast, master in zip(self._copy.parameters(), self.model.parameters(), strict=True):
-                    fast.copy_(master)
+                    if fast.shape == master.shape:
+                        fast.copy_(master)
+                    else:  # emptied by forget()
+                        fast.data = master.detach().to(dtype)
         self._copy_version = self.version
         return self._copy
 

@@ -60,6 +60,23 @@ def test_bf16_sampler_copies_the_weights_and_refreshes_when_the_version_moves(mo
     assert all(b.dtype == torch.float32 for b in fast.buffers() if b.is_floating_point())
 
 
+def test_forget_empties_the_bf16_copy_until_the_next_call_refills_it(model: Any, tiny_tokenizer: Any) -> None:
+    prompts = [tiny_tokenizer.encode(f"hi {i}") for i in range(3)]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    policy = HFPolicy(model, tiny_tokenizer, seed=4, sample_dtype="bfloat16")
+    first = policy.generate(prompts, params)
+    fast = policy.sampler_model()
+    policy.forget()  # the learner's turn: the copy's weights leave memory, its modules stay
+    assert all(p.numel() == 0 for p in fast.parameters()) and policy._prefixes is None
+    policy.reseed(4)
+    again = policy.generate(prompts, params)
+    assert policy.sampler_model() is fast
+    for f, m in zip(fast.parameters(), model.parameters(), strict=True):
+        assert f.dtype == torch.bfloat16 and torch.equal(f, m.to(torch.bfloat16))
+    assert fast.get_input_embeddings().weight is fast.get_output_embeddings().weight  # still tied
+    assert [g.token_ids for g in again] == [g.token_ids for g in first]
+
+
 def _turns(policy: HFPolicy, prompts: list[list[int]], tokenizer: Any, params: SamplingParams) -> list[list[Any]]:
     """Three turns of each prompt: each next prompt is the last one + its generation + a tool result."""
     out = []
