@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_eval.py [--policy hf:smollm2-135m] [--tasks 50] [--rounds 1]
+    python benchmarks/bench_eval.py [--policy hf:smollm2-135m] [--tasks 50] [--rounds 1] [--floor-rows 50,200]
 
 The workload is ``make learn``'s base evaluation itself (``experiments.learn.play`` with the
 few-shot prompt): SmolLM2-135M as shipped sampling from its bfloat16 copy, prm/Math-v0 levels 5-6
@@ -68,12 +68,24 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--sides", default="ours,copied,cat,unpacked,recompute", help="comma-separated; ours always runs")
+    ap.add_argument(
+        "--floor-rows",
+        default="",
+        help="comma-separated batch sizes: also print the floor's decode step at each (ms a step, ms a row)",
+    )
     args = ap.parse_args()
     sides = ["ours"] + [s for s in args.sides.split(",") if s and s != "ours"]
     known = ("ours", "copied", "cat", "unpacked", "recompute")
     unknown = set(sides) - set(known)
-    if unknown or args.tasks < 1 or args.rounds < 1:
-        ap.error(f"--sides takes {', '.join(known)} (got {sorted(unknown)}); --tasks, --rounds >= 1")
+    try:
+        floor_rows = [int(r) for r in args.floor_rows.split(",") if r.strip()]
+    except ValueError:
+        floor_rows = [0]
+    if unknown or args.tasks < 1 or args.rounds < 1 or any(r < 1 for r in floor_rows):
+        ap.error(
+            f"--sides takes {', '.join(known)} (got {sorted(unknown)}); --tasks, --rounds >= 1; "
+            "--floor-rows takes positive integers"
+        )
 
     import torch
 
@@ -141,6 +153,12 @@ def main() -> None:
         f"floor: {sampled_ids} sampled ids / {rows} rows x {step * 1e3:.0f} ms a 16-id-context decode step = "
         f"{floor:.3f} episodes/s; 200 episodes: ours {200 / median(rates['ours']):.0f} s, floor {200 / floor:.0f} s"
     )
+    for n in floor_rows:
+        at = min(decode_floor(fast, n) for _ in range(3))
+        print(
+            f"floor at {n} rows: {at * 1e3:.1f} ms a 16-id-context decode step, {at * 1e3 / n:.2f} ms a row; "
+            f"these {sampled_ids} ids in batches of {n}: {sampled_ids / n * at:.0f} s for {args.tasks} episodes"
+        )
     names = {
         "copied": "the same evaluation with the shared few-shot prefix copied into every row",
         "cat": "the same evaluation with transformers' DynamicCache (torch.cat every step)",
