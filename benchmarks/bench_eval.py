@@ -62,6 +62,17 @@ def decode_floor(model: object, rows: int, steps: int = 8) -> float:
         return (time.perf_counter() - t0) / steps
 
 
+def _batch_sizes(text: str) -> list[int]:
+    """``--floor-rows``: comma-separated positive integers."""
+    try:
+        sizes = [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        sizes = [0]
+    if any(n < 1 for n in sizes):
+        raise argparse.ArgumentTypeError(f"takes comma-separated positive integers, got {text!r}")
+    return sizes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default="hf:smollm2-135m")
@@ -70,22 +81,16 @@ def main() -> None:
     ap.add_argument("--sides", default="ours,copied,cat,unpacked,recompute", help="comma-separated; ours always runs")
     ap.add_argument(
         "--floor-rows",
-        default="",
+        type=_batch_sizes,
+        default=[],
         help="comma-separated batch sizes: also print the floor's decode step at each (ms a step, ms a row)",
     )
     args = ap.parse_args()
     sides = ["ours"] + [s for s in args.sides.split(",") if s and s != "ours"]
     known = ("ours", "copied", "cat", "unpacked", "recompute")
     unknown = set(sides) - set(known)
-    try:
-        floor_rows = [int(r) for r in args.floor_rows.split(",") if r.strip()]
-    except ValueError:
-        floor_rows = [0]
-    if unknown or args.tasks < 1 or args.rounds < 1 or any(r < 1 for r in floor_rows):
-        ap.error(
-            f"--sides takes {', '.join(known)} (got {sorted(unknown)}); --tasks, --rounds >= 1; "
-            "--floor-rows takes positive integers"
-        )
+    if unknown or args.tasks < 1 or args.rounds < 1:
+        ap.error(f"--sides takes {', '.join(known)} (got {sorted(unknown)}); --tasks, --rounds >= 1")
 
     import torch
 
@@ -153,7 +158,7 @@ def main() -> None:
         f"floor: {sampled_ids} sampled ids / {rows} rows x {step * 1e3:.0f} ms a 16-id-context decode step = "
         f"{floor:.3f} episodes/s; 200 episodes: ours {200 / median(rates['ours']):.0f} s, floor {200 / floor:.0f} s"
     )
-    for n in floor_rows:
+    for n in args.floor_rows:
         at = min(decode_floor(fast, n) for _ in range(3))
         print(
             f"floor at {n} rows: {at * 1e3:.1f} ms a 16-id-context decode step, {at * 1e3 / n:.2f} ms a row; "

@@ -108,7 +108,7 @@ class HFPolicy:
                     if fast.shape == master.shape:
                         fast.copy_(master)
                     else:  # emptied by forget()
-                        fast.data = master.detach().to(dtype)
+                        fast.data = master.detach().to(dtype=fast.dtype, copy=True)  # never the master's storage
         self._copy_version = self.version
         return self._copy
 
