@@ -11,7 +11,7 @@ EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,s
 APT_PACKAGES := bubblewrap postgresql docker.io
 APT_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) $(if $(shell command -v dockerd),,docker.io))
 
-.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn bench bench-peers clean
+.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn learn-seeds compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -92,6 +92,15 @@ lint: setup
 ## Resumable: finished phases and evaluations under runs/learn are reused.
 learn: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.learn --output-dir runs/learn
+
+## make learn once per seed (seed 0 is make learn's runs/learn), then GRPO's and RFT's gains per seed and across
+## seeds, next to the spread between seeds (experiments.learn_seeds, written to runs/learn-seeds.md). One seed
+## is 75-90 min on 2 cores; resumable like make learn.
+LEARN_SEEDS ?= 0 1 2 3 4
+learn_dir = $(if $(filter 0,$(1)),runs/learn,runs/learn-seed$(1))
+learn-seeds: setup
+	$(foreach s,$(LEARN_SEEDS),HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.learn --seed $(s) --output-dir $(call learn_dir,$(s)) &&) true
+	$(BIN)/python -m experiments.learn_seeds $(foreach s,$(LEARN_SEEDS),$(call learn_dir,$(s))) --markdown runs/learn-seeds.md
 
 ## The three comparisons of docs/learning.md (CPU, small model, 5 seeds, mean ± s.e.): tree vs chain GRPO at
 ## equal tokens, turn-level process rewards vs outcome only, async vs sync under heavy-tailed tool latency.

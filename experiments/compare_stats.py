@@ -1,5 +1,6 @@
-"""The statistics of ``make compare`` (no torch): mean ± standard error across seeds, held-out
-success at matched generated tokens, and the plots.
+"""The statistics of ``make compare`` and ``make learn`` (no torch): mean ± standard error across
+seeds, success rates and paired per-task differences, held-out success at matched generated tokens,
+and the plots.
 
 A run is read from its ``metrics.jsonl`` rows (:func:`prm_gym.training.metrics.read_metrics`).
 Its *curve* is the held-out success at each evaluation against the generated tokens spent up to
@@ -25,6 +26,43 @@ def mean_se(values: Sequence[float]) -> dict[str, Any]:
     mean = sum(values) / n
     var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
     return {"mean": mean, "se": math.sqrt(var / n), "n": n}
+
+
+def rate(records: Sequence[Mapping[str, Any]], key: str) -> tuple[float, float]:
+    """The share of ``records`` whose ``key`` is true, and its binomial standard error."""
+    if not records:
+        raise ValueError("rate needs at least one record")
+    p = sum(bool(r[key]) for r in records) / len(records)
+    return p, math.sqrt(p * (1 - p) / len(records))
+
+
+def paired(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], key: str = "strict") -> dict[str, Any]:
+    """``b`` minus ``a`` paired per task: discordant counts and the difference with its standard error
+    (the s.e. of a mean of per-task differences in {-1, 0, 1}).
+
+    Raises:
+        ValueError: when ``a`` and ``b`` do not hold the same task ids (the pairing would be wrong).
+    """
+    by = {r["task_id"]: r[key] for r in a}
+    ids_b = [r["task_id"] for r in b]
+    if not b or len(by) != len(a) or len(set(ids_b)) != len(ids_b) or set(ids_b) != set(by):
+        raise ValueError(
+            f"paired needs the same distinct task ids on both sides ({len(a)} and {len(b)} records, "
+            f"{len(set(ids_b) ^ set(by))} ids on one side only)"
+        )
+    diffs = [int(r[key]) - int(by[r["task_id"]]) for r in b]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / max(n - 1, 1)
+    se = math.sqrt(var / n)
+    return {
+        "diff": mean,
+        "se": se,
+        "z": mean / se if se else 0.0,
+        "b_only": diffs.count(1),
+        "a_only": diffs.count(-1),
+        "n": n,
+    }
 
 
 def curve(rows: Sequence[Mapping[str, Any]], key: str = "eval/success") -> list[tuple[int, float, float]]:

@@ -41,6 +41,7 @@ import gymnasium as gym
 import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
+from experiments.compare_stats import paired, rate
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, rollout
@@ -189,30 +190,6 @@ def play(
         env.close()
     release()  # the episodes' KV caches leave the process (the next phase allocates other shapes)
     return records
-
-
-def rate(records: list[dict[str, Any]], key: str) -> tuple[float, float]:
-    p = sum(r[key] for r in records) / len(records)
-    return p, math.sqrt(p * (1 - p) / len(records))
-
-
-def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str = "strict") -> dict[str, Any]:
-    """``b`` minus ``a`` paired per task: discordant counts and the difference with its standard error
-    (the s.e. of a mean of per-task differences in {-1, 0, 1})."""
-    by = {r["task_id"]: r[key] for r in a}
-    diffs = [int(r[key]) - int(by[r["task_id"]]) for r in b]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / max(n - 1, 1)
-    se = math.sqrt(var / n)
-    return {
-        "diff": mean,
-        "se": se,
-        "z": mean / se if se else 0.0,
-        "b_only": diffs.count(1),
-        "a_only": diffs.count(-1),
-        "n": n,
-    }
 
 
 def save_model(model: Any, tok: Any, path: Path) -> None:
