@@ -11,8 +11,8 @@ calculator calls each; 12 phrasings held out whole, :mod:`prm_gym.envs.math.word
 2. **sft**: cross-entropy on correct demonstrations only (every one calls the calculator for each
    step and answers the last result), checkpointed every ``--sft-every`` steps; the checkpoint
    with the best greedy success on validation tasks (training phrasings, validation split) is kept.
-3. **rft**: rejection-sampling fine-tuning on the sft policy's own successes, from as many
-   episodes as GRPO plays (``steps x tasks-per-step x group-size``, the compute-matched
+3. **rft**: rejection-sampling fine-tuning on the sft policy's own successes, from the very
+   episodes GRPO plays (its tasks and reset seeds, step by step: the compute-matched
    alternative), distinct successes only, then the same cross-entropy from the sft checkpoint.
 4. **grpo**: GRPO from the sft checkpoint through the one training loop (outcome + format + tool terms).
 
@@ -33,6 +33,7 @@ import json
 import math
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ import prm_gym  # noqa: F401  (registers the prm/ ids)
 from experiments.compare_stats import paired, rate
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
-from prm_gym.agents.rollout import Trajectory, rollout
+from prm_gym.agents.rollout import Trajectory, rollout, rollout_episodes
 from prm_gym.core.memory import map_large_allocations, release
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
@@ -235,32 +236,53 @@ def phase_sft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def grpo_episodes(cfg: TrainConfig, train_ids: dict[str, list[str]]) -> list[tuple[str, int]]:
+    """The ``(task id, reset seed)`` of every episode GRPO's run ``cfg`` plays, in order: each step's
+    tasks as the trainer draws them (:func:`prm_gym.training.collect.step_tasks`), a group each."""
+    from prm_gym.training.collect import step_tasks
+
+    return [
+        (task, seed + j)
+        for step in range(cfg.steps)
+        for _, task, seed in step_tasks(cfg, train_ids, step, cfg.tasks_per_step)
+        for j in range(cfg.group_size)
+    ]
+
+
 def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Sample GRPO's number of episodes from the sft policy, keep distinct successes, fine-tune on them."""
+    """Play the episodes GRPO plays (its tasks and episode seeds, step by step) with the sft policy,
+    keep the distinct successes, fine-tune on them."""
     model, tok = load_hf(f"hf:{out / 'sft' / 'model'}", args.seed)
     chat = chat_for(tok)
     make = lambda: gym.make("prm/Math-v0", **env_kwargs(args))  # noqa: E731
     probe = make()
-    ids = list(probe.unwrapped.tasks.ids)[: args.steps * args.tasks_per_step]  # type: ignore[attr-defined]
+    train_ids = {"prm/Math-v0": list(trainer_env(probe).tasks.ids)}
     probe.close()
+    episodes_of = grpo_episodes(grpo_config(out, args), train_ids)
     policy = HFPolicy(model, tok, seed=args.seed + 1, sample_dtype="bfloat16" if args.precision == "bf16" else None)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
-    envs = [make() for _ in range(args.group_size * 4)]
+    width = args.group_size * 4
+    envs = [make() for _ in range(width)]
     kept: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
+    calls: dict[tuple[int, ...], int] = {}
     episodes = 0
-    for lo in range(0, len(ids), 4):
-        part = [t for t in ids[lo : lo + 4] for _ in range(args.group_size)]
-        trajs = rollout(envs[: len(part)], policy, chat, task_ids=part, sampling=params, max_context_tokens=2048)
+    for lo in range(0, len(episodes_of), width):
+        trajs = rollout_episodes(envs, policy, chat, episodes_of[lo : lo + width], params, max_context_tokens=2048)
         episodes += len(trajs)
         for traj in trajs:
             if any(t.terms.get("outcome", 0.0) >= 1.0 for t in traj.turns):
                 kept[tuple(traj.token_ids)] = (list(traj.token_ids), [int(m) for m in traj.loss_mask])
+                calls[tuple(traj.token_ids)] = sum(t.info.get("tool", {}).get("calls", 0) for t in traj.turns)
     for env in envs:
         env.close()
     del policy  # its bf16 copy and kept KV caches are not needed to fine-tune
     release()
     steps = min(args.rft_max_steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
-    print(f"RFT: {episodes} episodes, {len(kept)} distinct successes, {steps} fine-tuning steps", flush=True)
+    by_calls = dict(sorted(Counter(calls.values()).items()))  # the kept successes by their calculator calls
+    print(
+        f"RFT: {episodes} episodes, {len(kept)} distinct successes (by calls: {by_calls}), {steps} fine-tuning steps",
+        flush=True,
+    )
     if steps:
         bf16 = args.precision == "bf16"
         sft(
@@ -274,13 +296,12 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             recompute=args.activation_checkpointing,
         )
     save_model(model, tok, out / "rft" / "model")
-    return {"episodes": episodes, "successes": len(kept), "steps": steps}
+    return {"episodes": episodes, "successes": len(kept), "steps": steps, "successes_by_calls": by_calls}
 
 
-def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from prm_gym.training.trainer import train
-
-    cfg = TrainConfig(
+def grpo_config(out: Path, args: argparse.Namespace) -> TrainConfig:
+    """GRPO's run from the sft checkpoint (RFT plays the same task draws: :func:`phase_rft`)."""
+    return TrainConfig(
         env="prm/Math-v0",
         env_kwargs=json.dumps(env_kwargs(args)),
         policy=f"hf:{out / 'sft' / 'model'}",
@@ -305,6 +326,12 @@ def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             every=args.steps // 3 or 0,
         ),
     )
+
+
+def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from prm_gym.training.trainer import train
+
+    cfg = grpo_config(out, args)
     run = train(cfg)
     save_model(run.policy.model, run.policy.tokenizer, out / "grpo" / "model")
     return {"steps": args.steps, "episodes": args.steps * args.tasks_per_step * args.group_size}
