@@ -5,7 +5,7 @@ were drawn and how the sampled episodes fell, not how training fell: ``--seed`` 
 batch order and every sample, and with it the trained models. This reads several finished runs
 (``python -m experiments.learn --seed N --output-dir DIR``; the held-out tasks are the same for
 every seed) and prints, for each arm and held-out cell, the strict success of every seed and the
-mean ± s.e. across seeds, then each comparison (GRPO minus SFT, GRPO minus RFT) per seed with its
+mean ± s.e. across seeds, then each comparison (GRPO minus SFT and RFT, RFT minus SFT) per seed with its
 paired within-run s.e., and across seeds: the mean, its s.e. (sample s.d. / sqrt(seeds)), and the
 s.d. between seeds next to the typical within-run s.e.
 
@@ -28,7 +28,7 @@ from experiments.compare_stats import mean_se, paired, rate
 
 ARMS = ("fewshot", "sft", "rft", "grpo")
 CELLS = tuple((s, m) for s in ("numbers", "templates") for m in ("greedy", "sampled"))
-COMPARISONS = (("grpo", "sft"), ("grpo", "rft"))
+COMPARISONS = (("grpo", "sft"), ("grpo", "rft"), ("rft", "sft"))
 
 
 def load_run(path: Path) -> dict[str, list[dict[str, Any]]]:
