@@ -43,9 +43,10 @@ import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from experiments.compare_stats import paired, rate
+from experiments.learn_records import MODELS, MODES, SETS, record_file, record_key
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
-from prm_gym.agents.rollout import Trajectory, rollout, rollout_episodes
+from prm_gym.agents.rollout import Trajectory, rollout, rollout_episodes, tool_calls
 from prm_gym.core.memory import map_large_allocations, release
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
@@ -67,9 +68,6 @@ user: <tool_response>
 </tool_response>
 assistant: <answer>47</answer>"""
 SYSTEM = DEFAULT_SYSTEM + EXAMPLE
-MODELS = ("fewshot", "sft", "rft", "grpo")
-SETS = ("numbers", "templates")
-MODES = ("greedy", "sampled")
 
 
 def env_kwargs(args: argparse.Namespace, which: str = "train") -> dict[str, Any]:
@@ -130,6 +128,11 @@ def demonstrations(chat: ChatTemplate, args: argparse.Namespace) -> list[Demonst
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+def solved(traj: Trajectory) -> bool:
+    """Strict success: the env judged an ``<answer>`` correct (its outcome term reached 1)."""
+    return any(t.terms.get("outcome", 0.0) >= 1.0 for t in traj.turns)
+
+
 def lenient_answer(traj: Trajectory) -> str | None:
     """The ``<answer>`` of the last turn, else the last number written outside tool calls."""
     text = " ".join(re.sub(r"<tool_call>.*?(</tool_call>|$)", " ", t.action, flags=re.S) for t in traj.turns)
@@ -172,7 +175,7 @@ def play(
         )
         for tid, traj in zip(part, trajs, strict=True):
             task = tasks.get(tid)
-            strict = any(t.terms.get("outcome", 0.0) >= 1.0 for t in traj.turns)
+            strict = solved(traj)
             answer = lenient_answer(traj)
             records.append(
                 {
@@ -183,7 +186,7 @@ def play(
                     "lenient": strict or same_number(answer, task.answer),
                     "answer": answer,
                     "turns": len(traj.turns),
-                    "calls": sum(t.info.get("tool", {}).get("calls", 0) for t in traj.turns),
+                    "calls": tool_calls(traj.turns),
                     "tokens": traj.num_generated_tokens,
                 }
             )
@@ -263,22 +266,18 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
     width = args.group_size * 4
     envs = [make() for _ in range(width)]
-    kept: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
-    calls: dict[tuple[int, ...], int] = {}
+    kept: dict[tuple[int, ...], Trajectory] = {}  # distinct successes, by their token ids
     episodes = 0
     for lo in range(0, len(episodes_of), width):
         trajs = rollout_episodes(envs, policy, chat, episodes_of[lo : lo + width], params, max_context_tokens=2048)
         episodes += len(trajs)
-        for traj in trajs:
-            if any(t.terms.get("outcome", 0.0) >= 1.0 for t in traj.turns):
-                kept[tuple(traj.token_ids)] = (list(traj.token_ids), [int(m) for m in traj.loss_mask])
-                calls[tuple(traj.token_ids)] = sum(t.info.get("tool", {}).get("calls", 0) for t in traj.turns)
+        kept.update((tuple(t.token_ids), t) for t in trajs if solved(t))
     for env in envs:
         env.close()
     del policy  # its bf16 copy and kept KV caches are not needed to fine-tune
     release()
     steps = min(args.rft_max_steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
-    by_calls = dict(sorted(Counter(calls.values()).items()))  # the kept successes by their calculator calls
+    by_calls = dict(sorted(Counter(tool_calls(t.turns) for t in kept.values()).items()))
     print(
         f"RFT: {episodes} episodes, {len(kept)} distinct successes (by calls: {by_calls}), {steps} fine-tuning steps",
         flush=True,
@@ -287,7 +286,7 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         bf16 = args.precision == "bf16"
         sft(
             model,
-            list(kept.values()),
+            [(list(t.token_ids), [int(m) for m in t.loss_mask]) for t in kept.values()],
             steps,
             args.sft_lr,
             args.sft_batch,
@@ -341,8 +340,9 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
     """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``."""
     results: dict[str, list[dict[str, Any]]] = {}
     (out / "evals").mkdir(parents=True, exist_ok=True)
+    evals = out / "evals"
     for name in (*MODELS[1:], MODELS[0]):  # the trained models first: the few-shot episodes run longest
-        todo = [(s, m) for s in SETS for m in MODES if not (out / "evals" / f"{name}-{s}-{m}.json").exists()]
+        todo = [(s, m) for s in SETS for m in MODES if not record_file(evals, name, s, m).exists()]
         if todo:
             source = args.policy if name == "fewshot" else f"hf:{out / name / 'model'}"
             model, tok = load_hf(source, args.seed)
@@ -350,7 +350,7 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
                 t0 = time.perf_counter()
                 temperature = 0.0 if m == "greedy" else 1.0
                 recs = play(model, tok, args, s, temperature, args.seed + 10_000, fewshot=name == "fewshot")
-                (out / "evals" / f"{name}-{s}-{m}.json").write_text(json.dumps(recs))
+                record_file(evals, name, s, m).write_text(json.dumps(recs))
                 print(
                     f"eval {name:8} {s:9} {m:7}: strict {rate(recs, 'strict')[0]:6.1%}, lenient "
                     f"{rate(recs, 'lenient')[0]:6.1%} ({time.perf_counter() - t0:.0f} s)",
@@ -360,7 +360,7 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
             release()
         for s in SETS:
             for m in MODES:
-                results[f"{name}-{s}-{m}"] = json.loads((out / "evals" / f"{name}-{s}-{m}.json").read_text())
+                results[record_key(name, s, m)] = json.loads(record_file(evals, name, s, m).read_text())
     return {k: results[k] for k in sorted(results, key=lambda k: MODELS.index(k.split("-")[0]))}
 
 

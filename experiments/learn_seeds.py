@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.compare_stats import mean_se, paired, rate
+from experiments.learn_records import MODELS, MODES, SETS, record_file, record_key
 
-ARMS = ("fewshot", "sft", "rft", "grpo")
-CELLS = tuple((s, m) for s in ("numbers", "templates") for m in ("greedy", "sampled"))
+CELLS = tuple((s, m) for s in SETS for m in MODES)
 COMPARISONS = (("grpo", "sft"), ("grpo", "rft"), ("rft", "sft"))
 
 
@@ -36,9 +36,9 @@ def load_run(path: Path) -> dict[str, list[dict[str, Any]]]:
     (a ``make learn`` output directory) or in ``path`` itself (the raw records under docs/results/)."""
     evals = path / "evals" if (path / "evals").is_dir() else path
     out: dict[str, list[dict[str, Any]]] = {}
-    for arm in ARMS:
+    for arm in MODELS:
         for s, m in CELLS:
-            f = evals / f"{arm}-{s}-{m}.json"
+            f = record_file(evals, arm, s, m)
             if f.exists():
                 try:
                     records = json.loads(f.read_text())
@@ -46,7 +46,7 @@ def load_run(path: Path) -> dict[str, list[dict[str, Any]]]:
                     raise ValueError(f"{f}: not a JSON evaluation record ({e})") from None
                 if not isinstance(records, list) or not records:
                     raise ValueError(f"{f}: expected a non-empty list of episode records")
-                out[f"{arm}-{s}-{m}"] = records
+                out[record_key(arm, s, m)] = records
     if not out:
         raise ValueError(f"{path}: no evaluation records (<arm>-<set>-<mode>.json) here or in evals/")
     return out
@@ -68,7 +68,7 @@ def aggregate(runs: Sequence[dict[str, list[dict[str, Any]]]]) -> dict[str, Any]
     comparisons: dict[str, Any] = {}
     for b, a in COMPARISONS:
         for s, m in CELLS:
-            ka, kb = f"{a}-{s}-{m}", f"{b}-{s}-{m}"
+            ka, kb = record_key(a, s, m), record_key(b, s, m)
             if ka not in shared or kb not in shared:
                 continue
             pairs = [paired(r[ka], r[kb]) for r in runs]

@@ -46,6 +46,11 @@ class TurnRecord:
     info: dict[str, Any] = field(repr=False)
 
 
+def tool_calls(turns: Sequence[TurnRecord]) -> int:
+    """The tool calls the env ran over ``turns`` (each turn's ``info["tool"]["calls"]``)."""
+    return int(sum(int(t.info.get("tool", {}).get("calls", 0)) for t in turns))
+
+
 @dataclass
 class Trajectory:
     """One episode, as the trainer consumes it."""

@@ -33,17 +33,13 @@ import gymnasium as gym
 import numpy as np
 
 from prm_gym.agents.chat import ChatTemplate
-from prm_gym.agents.rollout import Trajectory, continue_rollout, rollout
+from prm_gym.agents.rollout import Trajectory, continue_rollout, rollout, tool_calls
 from prm_gym.core.policy import Policy, SamplingParams
 from prm_gym.core.seams import trainer_env
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.units import RolloutUnit
 
 DEFAULT_SAMPLING = SamplingParams()
-
-
-def _tool_calls(turns: Sequence[Any]) -> int:
-    return int(sum(int(t.info.get("tool", {}).get("calls", 0)) for t in turns))
 
 
 def _prefix(traj: Trajectory, k: int) -> Trajectory:
@@ -122,7 +118,7 @@ def sample_trees(
     forked_at: dict[int, int] = {id(c): 0 for c in chains}
     for traj in chains:
         out.generated_tokens += traj.num_generated_tokens
-        out.tool_calls += _tool_calls(traj.turns)
+        out.tool_calls += tool_calls(traj.turns)
     for _ in range(cfg.expand_rounds):
         _expand_round(bases, tree_leaves, forked_at, policy, chat, cfg, rng, out, sampling, max_context_tokens)
     out.leaves = [leaf for leaves in tree_leaves for leaf in leaves]
@@ -172,7 +168,7 @@ def _expand_round(
     for tree, prefix, branch, env in zip(owners, prefixes, branches, forks, strict=True):
         new_turns = branch.turns[len(prefix.turns) :]
         out.generated_tokens += branch.num_generated_tokens - prefix.num_generated_tokens
-        out.tool_calls += _tool_calls(new_turns)
+        out.tool_calls += tool_calls(new_turns)
         tree_leaves[tree].append(branch)
         forked_at[id(branch)] = len(prefix.turns)
         env.close()
