@@ -13,6 +13,11 @@ generation prompt (the keys are exact token ids, and a weights update drops them
 every row of a call starts with (a few-shot prompt, a system prompt) is held once rather than
 copied into every row, and attention reads it once for the batch
 (:mod:`prm_gym.agents.shared_prefix`; CPU models with SDPA attention).
+On a GPU the token loop stays on the device: every tensor is made where the model is, ids are
+drawn by a generator on the device (seeded, reproducible), sampled ids and log-probs go into
+preallocated device buffers, and the host looks at them once every :data:`SYNC_EVERY` steps (ends
+of turn, stop strings, finished rows leaving the batch), not at every token; the RNG is rewound past
+the steps after the last row stopped, so the draws are those of a look at every step.
 With ``sample_dtype="bfloat16"`` it samples from a bfloat16 copy of the weights
 (refreshed whenever :attr:`HFPolicy.version` moves), about 3x faster than fp32 on CPUs with
 AVX512-BF16 or AMX; the behaviour log-probs are then the bfloat16 sampler's, which the learner's
@@ -47,6 +52,9 @@ class HFPolicy:
         reuse_prefixes: keep the KV cache of the last call's sequences, so the next turn of an
             episode prefills only its new ids, and prefill the common leading ids (a system
             prompt) of distinct prompts once; False recomputes every prompt whole.
+        sync_every: look at the sampled ids (ends of turn, finished rows) every this many steps;
+            None: every step on a CPU, every :data:`SYNC_EVERY` on a GPU. The same draws either way;
+            only where finished rows leave the batch at other steps can float rounding differ.
     """
 
     def __init__(
@@ -57,6 +65,7 @@ class HFPolicy:
         seed: int = 0,
         sample_dtype: str | None = None,
         reuse_prefixes: bool = True,
+        sync_every: int | None = None,
     ):
         import torch
 
@@ -64,8 +73,10 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.version = version
         self.sample_dtype = sample_dtype
-        self.generator = torch.Generator(device="cpu")
+        self.seed = seed
+        self.generator = torch.Generator(device="cpu")  # moves to the model's device at its first call there
         self.generator.manual_seed(seed)
+        self.sync_every = sync_every
         self._copy: Any = None
         self._copy_version = -1
         self.reuse_prefixes = reuse_prefixes
@@ -84,6 +95,7 @@ class HFPolicy:
 
     def reseed(self, seed: int) -> None:
         """Restart the sampler's RNG from ``seed``."""
+        self.seed = seed
         self.generator.manual_seed(seed)
 
     @classmethod
@@ -124,6 +136,16 @@ class HFPolicy:
             for r, lp, f in zip(rows, lps, finish, strict=True)
         ]
 
+    def _generator_on(self, device: Any) -> Any:
+        """The sampler's RNG on ``device`` (a CUDA generator draws on the GPU, with no copy of the
+        probabilities to the host); made from :attr:`seed` the first time the model is there."""
+        import torch
+
+        if self.generator.device != device:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(self.seed)
+        return self.generator
+
     def _sample(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> tuple[list[list[int]], list[list[float]], list[str]]:
@@ -140,54 +162,57 @@ class HFPolicy:
         split = self.reuse_prefixes and _splits(model)
         past, logits, mask, prefix = _prefill(model, keys, pad, device, store, share, params.max_new_tokens, split)
         self._prefixes = store = None  # copied into the batch's cache: the kept ones leave memory now
-        gen = self.generator
-        n = len(prompts)
-        rows: list[list[int]] = [[] for _ in range(n)]
-        lps: list[list[float]] = [[] for _ in range(n)]
-        finish = ["length"] * n
-        done = torch.zeros(n, dtype=torch.bool)
+        gen = self._generator_on(device)
+        n, budget = len(prompts), params.max_new_tokens
+        sampled = torch.zeros((n, budget), dtype=torch.long, device=device)
+        chosen = torch.zeros((n, budget), dtype=torch.float32, device=device)
+        rows = _Rows(n, self.tokenizer, params.stop)
         last_pos = mask.sum(-1) - 1 + (len(prefix.ids) if prefix is not None else 0)
-        prefill_mask = mask
-        active = torch.arange(n)  # the rows the cache holds, in its batch order
+        prompt_cols = [[j for j, v in enumerate(r) if v] for r in mask.tolist()]  # each row's real prompt columns
+        width = mask.shape[1]
+        active = list(range(n))  # the rows the cache holds, in its batch order
+        index = torch.arange(n, device=device)  # the same, on the device
         kept: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}  # caches of rows dropped from the batch
-        eos = self.tokenizer.eos_token_id
-        stop_window = max((len(s) for s in params.stop), default=0) + 2
+        sync = self.sync_every or (1 if device.type == "cpu" else SYNC_EVERY)
+        states: dict[int, Any] = {}
         steps = 0
-        for step in range(params.max_new_tokens):
+        for step in range(budget):
             if len(active) < n:  # every row draws from the RNG each step, live or not, so dropping rows
                 full = logits.new_zeros((n, logits.shape[-1]))  # changes nobody's draws
-                logits = full.index_copy(0, active.to(device), logits)
+                logits = full.index_copy(0, index, logits)
             logp = torch.log_softmax(logits.float() / max(params.temperature, 1e-6), dim=-1)
             if params.temperature == 0:
                 tok = logp.argmax(-1)
             else:
-                tok = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(-1).to(device)
-            chosen = logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
-            toks = tok.tolist()
-            live = (~done).nonzero().squeeze(-1).tolist()
-            for b in live:
-                t = toks[b]
-                rows[b].append(t)
-                lps[b].append(chosen[b])
-                if t == eos or (params.stop and self._hit_stop(rows[b], params.stop, stop_window)):
-                    done[b], finish[b] = True, "stop"
+                tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
+            sampled[:, step] = tok
+            chosen[:, step] = logp.gather(-1, tok[:, None]).squeeze(-1)
             steps = step + 1
-            if bool(done.all()) or steps == params.max_new_tokens:
-                break  # the last sampled ids need no forward
-            sampling_rows = ~done[active]
-            if int(sampling_rows.sum()) <= len(active) * COMPACT_AT:
-                keep = sampling_rows.nonzero().squeeze(-1)
-                if self.reuse_prefixes:
-                    _keep_rows(kept, past, prefill_mask, keys, rows, active, (~sampling_rows).nonzero().squeeze(-1))
-                past.reorder_cache(keep.to(device))  # the finished rows leave the batch
-                active, mask, last_pos, prefill_mask = active[keep], mask[keep], last_pos[keep], prefill_mask[keep]
+            if sync > 1:  # the RNG as of each step since the last look (host values: no sync)
+                states[steps] = gen.get_state()
+            if steps % sync == 0 or steps == budget:  # the one host sync of these steps: the new ids
+                rows.extend(sampled[:, rows.seen : steps].tolist(), self.tokenizer.eos_token_id)
+                if rows.all_done() or steps == budget:
+                    if sync > 1:  # the draws past the step the last row stopped at never happened
+                        gen.set_state(states[max(len(r) for r in rows.ids)])
+                    break  # the last sampled ids need no forward
+                states.clear()
+                sampling = [b for b, r in enumerate(active) if rows.end[r] is None]
+                if len(sampling) <= len(active) * COMPACT_AT:  # the finished rows leave the batch
+                    if self.reuse_prefixes:
+                        gone = [p for p, r in enumerate(active) if rows.end[r] is not None]
+                        _keep_rows(kept, past, prompt_cols, width, keys, rows.ids, active, gone)
+                    keep = torch.tensor(sampling, device=device)
+                    past.reorder_cache(keep)
+                    active, index = [active[b] for b in sampling], index[keep]
+                    mask, last_pos, prompt_cols = mask[keep], last_pos[keep], [prompt_cols[b] for b in sampling]
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=-1)
             last_pos = last_pos + 1
             step_arg = {_cache_arg(model): past}
             if prefix is not None:
                 step_arg["shared_prefix"] = prefix.layers
             out = model(
-                input_ids=tok[active.to(device)][:, None],
+                input_ids=tok[index][:, None],
                 attention_mask=mask,
                 position_ids=last_pos[:, None],
                 use_cache=True,
@@ -197,14 +222,60 @@ class HFPolicy:
         self._prefixes = None  # the last call's caches are consumed (or stale) either way
         if self.reuse_prefixes:
             owner = (id(model), self.version)
-            self._prefixes = _remember(past, prefill_mask, keys, rows, active, kept, owner, prefix)
-        return rows, lps, finish
+            self._prefixes = _remember(past, prompt_cols, width, keys, rows.ids, active, kept, owner, prefix)
+        lps = chosen[:, :steps].tolist()
+        return rows.ids, [lp[: len(r)] for lp, r in zip(lps, rows.ids, strict=True)], rows.finish
 
-    def _hit_stop(self, row: list[int], stop: Sequence[str], window: int) -> bool:
-        if not stop:
-            return False
-        tail = self.tokenizer.decode(row[-window:])
-        return any(s in tail for s in stop)
+
+SYNC_EVERY = 8
+"""On a GPU the token loop looks at its sampled ids (end-of-turn token, stop strings, finished rows)
+every this many steps, so the host waits for the GPU once per that many tokens, not at each; a row
+that stopped in between is cut at its stop, and its extra ids, sampled and computed, are dropped.
+On a CPU there is no queue to wait for, and it looks at every step (no wasted forwards)."""
+
+
+class _Rows:
+    """The sampled ids of a call's rows on the host, each cut at its end of turn (the end-of-turn
+    token or a stop string, kept), as the token loop hands over its device ids."""
+
+    def __init__(self, n: int, tokenizer: Any, stop: Sequence[str]):
+        self.ids: list[list[int]] = [[] for _ in range(n)]
+        self.finish = ["length"] * n
+        self.end: list[int | None] = [None] * n  # a finished row's length
+        self.seen = 0  # the steps handed over so far
+        self.live = n
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.window = max((len(s) for s in self.stop), default=0) + 2
+
+    def all_done(self) -> bool:
+        return self.live == 0
+
+    def extend(self, columns: list[list[int]], eos: int | None) -> None:
+        """Hand over each row's ids of the steps since the last call (``columns[b]``)."""
+        width = len(columns[0]) if columns else 0
+        self.seen += width
+        for b, new in enumerate(columns):
+            if self.end[b] is not None:
+                continue
+            row, start = self.ids[b], len(self.ids[b])
+            row.extend(new)
+            cut = next((start + j + 1 for j, t in enumerate(new) if t == eos), None)
+            hit = self._first_stop(row, start, cut or len(row))
+            if hit is not None or cut is not None:
+                self.end[b] = end = min(x for x in (hit, cut) if x is not None)
+                del row[end:]
+                self.finish[b] = "stop"
+                self.live -= 1
+
+    def _first_stop(self, row: list[int], start: int, stop_at: int) -> int | None:
+        """The shortest length in ``start + 1 .. stop_at`` at which ``row`` ends with a stop string
+        (its last ``window`` ids decoded contain one), or None."""
+        if not self.stop or stop_at <= start:
+            return None
+        lengths = range(start + 1, stop_at + 1)
+        texts = self.tokenizer.batch_decode([row[max(0, k - self.window) : k] for k in lengths])
+        return next((k for k, text in zip(lengths, texts, strict=True) if any(s in text for s in self.stop)), None)
 
 
 SHARED_PREFIX_MIN = 16
@@ -264,50 +335,50 @@ stopped ones, at most ``log2(rows)`` re-packings of the cache a call)."""
 def _keep_rows(
     entries: dict[tuple[int, ...], list[tuple[Any, Any]]],
     past: Any,
-    prefill_mask: Any,
+    prompt_cols: list[list[int]],
+    width: int,
     keys: list[tuple[int, ...]],
     rows: list[list[int]],
-    active: Any,
-    positions: Any,
+    active: list[int],
+    positions: Sequence[int],
 ) -> None:
     """Add to ``entries`` the cache of each batch row at ``positions`` over its real ids (prompt +
-    sampled ids but the last), without padding: ``active[p]`` is the row's index in ``keys``."""
+    sampled ids but the last), without padding: ``active[p]`` is the row's index in ``keys``,
+    ``prompt_cols[p]`` its prompt's columns among the prefill's ``width``."""
     import torch
 
     layers = plain_layers(past)
     if layers is None:
         return
-    width = prefill_mask.shape[1]
-    for p in positions.tolist():
-        b = int(active[p])
+    for p in positions:
+        b = active[p]
         key, row = keys[b], rows[b]
         if len(row) < 2:
             continue
         seq = key + tuple(row[:-1])
         if seq in entries:
             continue
-        cols = torch.cat([prefill_mask[p].nonzero().squeeze(-1), torch.arange(width, width + len(row) - 1)])
-        cols = cols.to(prefill_mask.device)
+        device = layers[0].keys.device
+        cols = torch.tensor(prompt_cols[p] + list(range(width, width + len(row) - 1)), device=device)
         entries[seq] = [(x.keys[p : p + 1, :, cols], x.values[p : p + 1, :, cols]) for x in layers]
 
 
 def _remember(
     past: Any,
-    prefill_mask: Any,
+    prompt_cols: list[list[int]],
+    width: int,
     keys: list[tuple[int, ...]],
     rows: list[list[int]],
-    active: Any,
+    active: list[int],
     kept: dict[tuple[int, ...], list[tuple[Any, Any]]],
     owner: tuple[int, int],
     prefix: _Shared | None = None,
 ) -> _Prefixes | None:
     """Each row's cache over its real ids (after ``prefix``, if any): the rows still in the batch
     (``active``) added to the ones ``kept`` when they left it."""
-    import torch
-
     if plain_layers(past) is None:
         return None
-    _keep_rows(kept, past, prefill_mask, keys, rows, active, torch.arange(len(active)))
+    _keep_rows(kept, past, prompt_cols, width, keys, rows, active, range(len(active)))
     return _Prefixes(owner, kept, prefix)
 
 
@@ -387,14 +458,14 @@ def _prefill(
     done = max(n - lead for n, _ in cached)
     todo = max(len(u) - n for u, (n, _) in zip(uniq, cached, strict=True))
     k = len(uniq)
-    ids = torch.full((k, todo), pad, dtype=torch.long)
-    mask = torch.zeros((k, done + todo), dtype=torch.long)
-    for i, (u, (n, _)) in enumerate(zip(uniq, cached, strict=True)):
-        rest = u[n:]
-        ids[i, todo - len(rest) :] = torch.tensor(rest)
-        mask[i, done - (n - lead) : done] = 1
-        mask[i, done + todo - len(rest) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    id_rows: list[list[int]] = []
+    mask_rows: list[list[int]] = []
+    for u, (n, _) in zip(uniq, cached, strict=True):
+        rest, have = list(u[n:]), n - lead
+        id_rows.append([pad] * (todo - len(rest)) + rest)
+        mask_rows.append([0] * (done - have) + [1] * have + [0] * (todo - len(rest)) + [1] * len(rest))
+    ids = torch.tensor(id_rows, dtype=torch.long, device=device)
+    mask = torch.tensor(mask_rows, dtype=torch.long, device=device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:] + lead
     data = _padded_cache(cached, done) if done else None
     cache = kv_cache.new_cache(model, room + (todo if data is not None else 0), data)

@@ -29,6 +29,13 @@ CHATML_TEMPLATE = (
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
+def auto_device() -> str:
+    """``--device auto``: ``"cuda"`` (the current GPU) when torch sees one, else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def tiny_tokenizer() -> Any:
     """A byte-level tokenizer (one token per byte) with ChatML special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers

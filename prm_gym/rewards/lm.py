@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prm_gym.core.errors import ConfigError
-from prm_gym.core.models import load_hf
+from prm_gym.core.models import auto_device, load_hf
 from prm_gym.rewards.types import Turn
 
 
@@ -26,10 +26,12 @@ class ScoringModel:
 
 
 def scoring_model(policy: Any, seed: int = 0) -> Any:
-    """The model ``policy`` names (a :class:`ScoringModel`), or ``policy`` itself when it is already an
-    object with ``model`` and ``tokenizer`` (an HFPolicy, say)."""
+    """The model ``policy`` names (a :class:`ScoringModel`, on the first GPU when there is one, like
+    ``--device auto``), or ``policy`` itself when it is already an object with ``model`` and
+    ``tokenizer`` (an HFPolicy, say: it stays where its owner put it)."""
     if isinstance(policy, str):
-        return ScoringModel(*load_hf(policy, seed))
+        model, tokenizer = load_hf(policy, seed)
+        return ScoringModel(model.to(auto_device()), tokenizer)
     if policy is None:
         raise ConfigError("a policy is required: give policy='hf:tiny', 'hf:<dir>' or an HFPolicy.")
     return policy

@@ -16,10 +16,10 @@ def _group_stats(values: Tensor, groups: Tensor, weight: Tensor) -> tuple[Tensor
     """Per-element (mean, std, count) of its group, over the elements with weight 1."""
     num = int(groups.max().item()) + 1 if groups.numel() else 0
     w = weight.to(values.dtype)
-    count = torch.zeros(num, dtype=values.dtype).index_add_(0, groups, w)
-    total = torch.zeros(num, dtype=values.dtype).index_add_(0, groups, values * w)
+    count = values.new_zeros(num).index_add_(0, groups, w)
+    total = values.new_zeros(num).index_add_(0, groups, values * w)
     mean = total / count.clamp(min=1)
-    sq = torch.zeros(num, dtype=values.dtype).index_add_(0, groups, (values - mean[groups]) ** 2 * w)
+    sq = values.new_zeros(num).index_add_(0, groups, (values - mean[groups]) ** 2 * w)
     std = (sq / (count - 1).clamp(min=1)).sqrt()
     return mean[groups], std[groups], count[groups]
 
@@ -83,9 +83,9 @@ def reward_to_go(rewards: Tensor, turn_mask: Tensor, gamma: float = 1.0) -> Tens
         turn_mask: ``(N, T)`` bool; masked-out turns contribute 0.
         gamma: the discount.
     """
-    r = torch.where(turn_mask.bool(), rewards.to(torch.float64), torch.zeros((), dtype=torch.float64))
+    r = torch.where(turn_mask.bool(), rewards.to(torch.float64), rewards.new_zeros((), dtype=torch.float64))
     out = torch.zeros_like(r)
-    running = torch.zeros(r.shape[0], dtype=torch.float64)
+    running = r.new_zeros(r.shape[0])
     for t in range(r.shape[1] - 1, -1, -1):
         running = r[:, t] + gamma * running
         out[:, t] = running
@@ -177,7 +177,7 @@ def spread_to_tokens(turn_adv: Tensor, spans: list[list[tuple[int, int]]], lengt
         spans: per trajectory, the token span of each turn.
         length: the padded token length.
     """
-    out = torch.zeros(len(spans), length)
+    out = turn_adv.new_zeros((len(spans), length), dtype=torch.float32)
     for i, row in enumerate(spans):
         for t, (start, end) in enumerate(row):
             out[i, start:end] = turn_adv[i, t]

@@ -31,6 +31,10 @@ from prm_gym.training.advantages import (
 from prm_gym.training.config import LossConfig
 from prm_gym.training.shaping import combined_returns, is_active, overlong_penalty
 
+HOST = "cpu"
+"""Where a batch is built, from the trajectories' host lists; the learner moves it to its device in one copy
+(:meth:`prm_gym.training.ddp.Learner.to_device`)."""
+
 
 @dataclass
 class Batch:
@@ -112,24 +116,24 @@ def compute_advantages(
     """
     n = len(trajs)
     split = shaped_returns(trajs, grouping, cfg, combine, max_new_tokens)
-    outcome = torch.tensor([o for o, _ in split], dtype=torch.float64)
-    groups = torch.tensor(grouping.groups, dtype=torch.long)
-    valid = torch.tensor([not t.infra_error for t in trajs], dtype=torch.bool)
+    outcome = torch.tensor([o for o, _ in split], dtype=torch.float64, device=HOST)
+    groups = torch.tensor(grouping.groups, dtype=torch.long, device=HOST)
+    valid = torch.tensor([not t.infra_error for t in trajs], dtype=torch.bool, device=HOST)
     # a group with fewer than two valid members carries no baseline: exclude it whole
-    counts = torch.zeros(int(groups.max()) + 1, dtype=torch.long).index_add_(0, groups, valid.long())
+    counts = torch.zeros(int(groups.max()) + 1, dtype=torch.long, device=HOST).index_add_(0, groups, valid.long())
     group_ok = counts[groups] >= 2
     excluded_groups = int((counts < 2).sum())
     valid = valid & group_ok
     if grouping.trees is not None:
-        trees = torch.tensor(grouping.trees, dtype=torch.long)
+        trees = torch.tensor(grouping.trees, dtype=torch.long, device=HOST)
         out_adv = tree_advantages(outcome, trees, groups, valid, scale_by_std=cfg.scale_by_std)
     elif cfg.std_scope == "batch":
         out_adv = batch_std_advantages(outcome, groups, valid)
     else:
         out_adv = group_advantages(outcome, groups, valid, scale_by_std=cfg.scale_by_std)
     width = max((len(t.turns) for t in trajs), default=0)
-    process = torch.zeros(n, max(width, 1), dtype=torch.float64)
-    tmask = torch.zeros(n, max(width, 1), dtype=torch.bool)
+    process = torch.zeros(n, max(width, 1), dtype=torch.float64, device=HOST)
+    tmask = torch.zeros(n, max(width, 1), dtype=torch.bool, device=HOST)
     for i, (traj, (_, proc)) in enumerate(zip(trajs, split, strict=True)):
         for t, (turn, r) in enumerate(zip(traj.turns, proc, strict=True)):
             process[i, t] = r
@@ -172,18 +176,18 @@ def build_batch(
     turn_adv, valid, stats = compute_advantages(trajs, grouping, cfg, combine, max_new_tokens)
     length = max(len(t.token_ids) for t in trajs)
     n = len(trajs)
-    ids = torch.full((n, length), pad_id, dtype=torch.long)
-    attn = torch.zeros(n, length, dtype=torch.long)
-    lmask = torch.zeros(n, length)
-    blp = torch.zeros(n, length)
+    ids = torch.full((n, length), pad_id, dtype=torch.long, device=HOST)
+    attn = torch.zeros(n, length, dtype=torch.long, device=HOST)
+    lmask = torch.zeros(n, length, device=HOST)
+    blp = torch.zeros(n, length, device=HOST)
     for i, t in enumerate(trajs):
         k = len(t.token_ids)
-        ids[i, :k] = torch.tensor(t.token_ids, dtype=torch.long)
+        ids[i, :k] = torch.tensor(t.token_ids, dtype=torch.long, device=HOST)
         attn[i, :k] = 1
         if valid[i]:
-            lmask[i, :k] = torch.tensor(t.loss_mask, dtype=torch.float32)
-        blp[i, :k] = torch.tensor(t.logprobs, dtype=torch.float32)
+            lmask[i, :k] = torch.tensor(t.loss_mask, dtype=torch.float32, device=HOST)
+        blp[i, :k] = torch.tensor(t.logprobs, dtype=torch.float32, device=HOST)
     spans = [[(turn.start, turn.end) for turn in t.turns] for t in trajs]
     adv = spread_to_tokens(turn_adv, spans, length)
-    versions = torch.tensor([t.policy_version for t in trajs], dtype=torch.long)
+    versions = torch.tensor([t.policy_version for t in trajs], dtype=torch.long, device=HOST)
     return Batch(ids, attn, lmask, blp, adv, versions, stats)

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.models import auto_device
 from prm_gym.training import fsdp
 from prm_gym.training.batch import Batch
 from prm_gym.training.metrics import MetricsLog
@@ -58,7 +59,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         ConfigError: a GPU was asked for and torch sees none.
     """
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = auto_device()
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device: {name!r} was asked for but torch sees no GPU; use --device cpu or auto.")
     device = torch.device(name)

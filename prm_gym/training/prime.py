@@ -57,11 +57,13 @@ class PrimeCredit:
             advs = prime_advantages([rewards[k] for k in members], [outcomes[k] for k in members], self.cfg.gamma)
             for k, adv in zip(members, advs, strict=True):
                 i = rows[k]
-                mask = torch.tensor([bool(m) for m in trajs[i].loss_mask])
+                mask = torch.tensor([bool(m) for m in trajs[i].loss_mask], device=batch.advantages.device)
                 mask[0] = False  # the first id has no prefix, so no implicit reward
                 positions = mask.nonzero().squeeze(-1)
                 batch.advantages[i] = 0.0
-                batch.advantages[i, positions] = torch.tensor(adv, dtype=batch.advantages.dtype)
+                batch.advantages[i, positions] = torch.tensor(
+                    adv, dtype=batch.advantages.dtype, device=batch.advantages.device
+                )
         correct = [sum(rewards[k]) for k in range(len(rows)) if outcomes[k] >= 0.5]
         wrong = [sum(rewards[k]) for k in range(len(rows)) if outcomes[k] < 0.5]
         gap = sum(correct) / len(correct) - sum(wrong) / len(wrong) if correct and wrong else 0.0

@@ -85,21 +85,22 @@ def sft(
     (the model in eval mode), e.g. to score it on validation tasks and keep the best. With
     ``recompute`` the decoder layers recompute their activations in the backward pass (the same
     update, about a third more compute, activation memory of one layer: :func:`recomputing`)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(seed)  # the demonstrations' draw, on the host
+    device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     opt.zero_grad(set_to_none=True)  # whatever the model held before
     model.train()
-    loss = torch.tensor(0.0)
+    loss = torch.tensor(0.0, device=device)
     progress = bar(steps, "SFT", "step", delay=0.0)
     with recomputing(model, recompute):
         for step in range(steps):
-            rows = [demos[int(i)] for i in torch.randint(len(demos), (batch,), generator=gen)]
+            rows = [demos[i] for i in torch.randint(len(demos), (batch,), generator=gen, device="cpu").tolist()]
             width = max(len(t) for t, _ in rows)
-            ids = torch.zeros(batch, width, dtype=torch.long)
-            mask = torch.zeros(batch, width)
-            attn = torch.zeros(batch, width, dtype=torch.long)
-            for b, (t, m) in enumerate(rows):
-                ids[b, : len(t)], mask[b, : len(m)], attn[b, : len(t)] = torch.tensor(t), torch.tensor(m), 1
+            ids = torch.tensor([list(t) + [0] * (width - len(t)) for t, _ in rows], dtype=torch.long, device=device)
+            mask = torch.tensor([list(m) + [0] * (width - len(m)) for _, m in rows], dtype=torch.float32, device=device)
+            attn = torch.tensor(
+                [[1] * len(t) + [0] * (width - len(t)) for t, _ in rows], dtype=torch.long, device=device
+            )
             lp = micro_logprobs(model, ids, attn, 0.0, bf16, mask)
             loss = -(lp * mask).sum() / mask.sum()
             loss.backward()  # onto no gradients: dropped before the loop and after every step

@@ -208,3 +208,36 @@ def test_models_without_plain_full_attention_layers_keep_their_own_cache() -> No
     assert new_cache(SimpleNamespace(), room=4) is None  # no transformers config: the model's own cache
     full = MistralConfig(num_hidden_layers=2, sliding_window=None, hidden_size=32, num_attention_heads=2)
     assert len(new_cache(SimpleNamespace(config=full), room=4).layers) == 2
+
+
+def test_looking_at_the_ids_every_8_steps_samples_the_same_turns_with_a_host_sync_per_8_steps(
+    model: Any, tiny_tokenizer: Any
+) -> None:
+    """A GPU's token loop looks at its ids every ``SYNC_EVERY`` steps: rows that stopped in between
+    are cut at their stop, the RNG is rewound past the steps nobody needed, and two turns of an
+    episode (the second extending the first's kept caches) and a third call come out as with a
+    look at every step, the host waiting for the device about once per 8 steps."""
+    from prm_gym.core.device_guard import device_guard
+
+    system = tiny_tokenizer.encode("You are a careful calculator. Think, then answer in one line. " * 2)
+    prompts = [system + tiny_tokenizer.encode(q) for q in ("2+2?", "2+2?", "7*6?", "10-3?", "1+1?")]
+    params = SamplingParams(max_new_tokens=32, temperature=1.0, stop=("</tool_call>", "e"))
+    short = SamplingParams(max_new_tokens=32, temperature=1.0, stop=(*"aeiou ", *"0123456789"))
+    turns = {}
+    for sync in (1, 8):
+        policy = HFPolicy(model, tiny_tokenizer, seed=5, sync_every=sync)
+        with device_guard() as guard:
+            first = policy.generate(prompts, short)  # every row stops early, most between two looks
+            follow = [
+                p + g.token_ids + tiny_tokenizer.encode(" result: 4. ") for p, g in zip(prompts, first, strict=True)
+            ]
+            second = policy.generate(follow, params)
+            third = policy.generate(prompts, params)  # the RNG carried on from the same state
+        turns[sync] = [(g.token_ids, g.logprobs, g.finish_reason) for g in first + second + third]
+        syncs = guard.syncs["prm_gym/agents/hf.py"]
+    assert [(ids, f) for ids, _, f in turns[1]] == [(ids, f) for ids, _, f in turns[8]]
+    for (_, every, _), (_, eighth, _) in zip(turns[1], turns[8], strict=True):
+        assert eighth == pytest.approx(every, abs=1e-5)  # rows leave the batch at other steps: float rounding
+    assert {f for _, _, f in turns[8]} == {"stop", "length"}  # rows stopped between looks, and rows ran out
+    assert all(f == "stop" for _, _, f in turns[8][:5]) and max(len(ids) for ids, _, _ in turns[8][:5]) % 8
+    assert syncs <= 3 * (32 // 8 + 3)  # three calls: the prompt mask, a look every 8 steps, the log-probs
