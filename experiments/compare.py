@@ -24,6 +24,9 @@ of that seed starts from that checkpoint with the same hyperparameters, so no ar
 the other did not. Runs are cached by name under ``<output-dir>/runs/seed<k>/`` (the chain GRPO
 arm of *tree* is the process-reward arm of *process*: one run, read twice). Each comparison
 writes ``<output-dir>/<which>/summary.json`` and PNG plots with mean ± standard error across seeds.
+
+Every warm start, arm and evaluation runs on ``--device`` (``auto``: a GPU when torch sees one;
+:mod:`experiments.study_device`), recorded in each run's ``done.json`` and in each summary.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 from experiments import compare_search as cs
 from experiments import compare_stats as st
 from experiments.compare_config import study_config
+from experiments.study_device import add_device_flag, resolve_device_flag
 from prm_gym.training.config import AsyncConfig, TrainConfig, TreeConfig
 from prm_gym.training.metrics import read_metrics
 
@@ -124,6 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-median-s", type=float, default=0.3)
     p.add_argument("--latency-sigma", type=float, default=1.2)
     p.add_argument("--threads", type=int, default=2, help="torch threads")
+    add_device_flag(p)
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be at least 1 (got {args.seeds}); a standard error needs 2 or more")
@@ -135,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--expand-rounds, --sampler and --tokenizer apply to --task search")
     if args.output_dir is None:
         args.output_dir = "runs/compare-search" if args.task == "search" else "runs/compare"
+    resolve_device_flag(p, args)
     return args
 
 
@@ -151,7 +157,7 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
         return out / "sft"
     flags = ["--policy", args.policy, "--seed", str(seed), "--hidden", str(args.hidden), "--layers", str(args.layers)]
     flags += ["--demos", str(args.demos), "--sft-steps", str(args.sft_steps), "--tool-fraction", "0.9"]
-    flags += ["--sft-lr", str(args.sft_lr), "--sft-batch", str(args.sft_batch)]
+    flags += ["--sft-lr", str(args.sft_lr), "--sft-batch", str(args.sft_batch), "--device", args.device]
     largs = learn.parse_args(flags)
     torch.manual_seed(seed)
     model, tok = learn.base_model(largs)
@@ -202,7 +208,7 @@ def run_arm(name: str, cfg: TrainConfig, out: Path) -> list[dict[str, Any]]:
 
     done = out / "done.json"
     config = json.loads(json.dumps(asdict(cfg), default=str))
-    if done.exists() and json.loads(done.read_text())["config"] == config:
+    if done.exists() and same_run(json.loads(done.read_text())["config"], config):
         return read_metrics(out)
     if out.exists():
         for f in out.iterdir():
@@ -215,10 +221,21 @@ def run_arm(name: str, cfg: TrainConfig, out: Path) -> list[dict[str, Any]]:
     return read_metrics(out)
 
 
-def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path) -> dict[str, Any]:
-    """The comparison's summary (and plots) from each arm's per-seed metrics rows."""
+def same_run(done: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a finished run's config is ``config``: a run finished before ``--device`` existed
+    (``device: auto``) ran where ``auto`` resolves on this machine."""
+    if done.get("device") == "auto":
+        from prm_gym.training.ddp import resolve_device
+
+        done = {**done, "device": str(resolve_device("auto"))}
+    return done == config
+
+
+def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path, device: str) -> dict[str, Any]:
+    """The comparison's summary (and plots) from each arm's per-seed metrics rows; ``device``: where
+    this call's warm starts and runs trained and evaluated (each run's own is in its ``done.json``)."""
     curves = {arm: [st.curve(rows) for rows in seeds] for arm, seeds in runs.items()}
-    summary: dict[str, Any] = {"which": which, "arms": {}}
+    summary: dict[str, Any] = {"which": which, "device": device, "arms": {}}
     first = next(iter(runs))
     finals = {arm: [st.final(rows, "eval/success") for rows in seeds] for arm, seeds in runs.items()}
     seconds = {arm: [st.train_seconds(rows) for rows in seeds] for arm, seeds in runs.items()}
@@ -270,7 +287,7 @@ def compare(which: str, args: argparse.Namespace) -> dict[str, Any]:
             runs[arm].append(run_arm(name, arm_config(name, base, args), root / "runs" / f"seed{seed}" / name))
     if args.seed is not None:
         return {}
-    summary = summarize(which, runs, root / which)
+    summary = summarize(which, runs, root / which, args.device)
     print(table(summary), flush=True)
     return summary
 

@@ -13,7 +13,7 @@ def study_config(
 ) -> TrainConfig:
     """A run of the study: ``run`` names the env, its kwargs and the policy (and anything else the
     task sets); the group, step, learning rate, precision, sampling, loss and eval come from ``args``
-    and are the same for every arm."""
+    and are the same for every arm; every arm trains and evaluates on ``--device``."""
     return TrainConfig(
         tools_prompt="compact",
         group_size=tree.leaves_per_task,
@@ -21,6 +21,7 @@ def study_config(
         steps=args.steps,
         lr=args.lr,
         seed=seed,
+        device=args.device,
         precision="bf16",
         checkpoint_every=0,
         tensorboard=False,

@@ -64,7 +64,8 @@ def warm_dir(args: argparse.Namespace, seed: int) -> Path:
 
 
 def warm_start(args: argparse.Namespace, seed: int) -> Path:
-    """The seed's SFT warm start on search demonstrations (a transformers directory), trained once."""
+    """The seed's SFT warm start on search demonstrations (a transformers directory), trained once on
+    ``--device``."""
     import torch
 
     from experiments import demo as learn
@@ -76,11 +77,13 @@ def warm_start(args: argparse.Namespace, seed: int) -> Path:
     out = warm_dir(args, seed)
     if (out / "sft" / "config.json").exists():
         return out / "sft"
-    largs = argparse.Namespace(policy=args.policy, seed=seed, hidden=args.hidden, layers=args.layers)
+    largs = argparse.Namespace(
+        policy=args.policy, seed=seed, hidden=args.hidden, layers=args.layers, device=args.device
+    )
     torch.manual_seed(seed)
     if args.policy == "hf:tiny" and args.tokenizer == "domain":
         tok = domain_tokenizer()
-        model = tiny_model(len(tok), seed=seed, hidden=args.hidden, layers=args.layers, heads=4)
+        model = tiny_model(len(tok), seed=seed, hidden=args.hidden, layers=args.layers, heads=4).to(args.device)
     else:
         model, tok = learn.base_model(largs)
     chat = ChatTemplate(tok, tools_block="compact")

@@ -13,8 +13,9 @@ prm/Math-v0 levels 1-2 (``--levels``) with the calculator:
    (:func:`prm_gym.training.trainer.train`) with turn-level rewards, held-out success logged every
    ``--eval-every`` steps.
 
+Every phase runs on ``--device`` (``auto``: a GPU when torch sees one; :mod:`experiments.study_device`).
 Writes ``<output-dir>/summary.json`` (success of base, SFT and GRPO with binomial standard errors,
-n, steps, wall-clock minutes of each phase) and the curves ``grpo/reward.png`` and
+n, steps, wall-clock minutes of each phase, the device) and the curves ``grpo/reward.png`` and
 ``grpo/success.png``. Measured figures: docs/learning.md.
 """
 
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
+from experiments.study_device import add_device_flag, model_device, resolve_device_flag
 from prm_gym.agents.chat import ChatTemplate
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.play import print_episode
@@ -108,11 +110,14 @@ def demonstrations(
 
 
 def base_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The model to warm-start: a small random Llama for ``hf:tiny`` (sized by the flags), else by id."""
+    """The model to warm-start, on ``args.device``: a small random Llama for ``hf:tiny`` (sized by the
+    flags), else by id."""
     if args.policy == "hf:tiny":
         tok = tiny_tokenizer()
-        return tiny_model(len(tok), seed=args.seed, hidden=args.hidden, layers=args.layers, heads=4), tok
-    return load_hf(args.policy, args.seed)
+        model = tiny_model(len(tok), seed=args.seed, hidden=args.hidden, layers=args.layers, heads=4)
+    else:
+        model, tok = load_hf(args.policy, args.seed)
+    return model.to(args.device), tok
 
 
 def warm_start(out: Path, args: argparse.Namespace, model: Any, tok: Any) -> Path:
@@ -140,6 +145,7 @@ def learn_config(policy_dir: Path, out: Path, args: argparse.Namespace) -> Train
         lr=args.lr,
         output_dir=str(out / "grpo"),
         seed=args.seed,
+        device=args.device,
         precision=args.precision,
         checkpoint_every=0,
         tensorboard=False,
@@ -197,7 +203,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--show-episodes", action="store_true", help="print an episode before and after training")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="see train-agent --precision")
-    return p.parse_args(argv)
+    add_device_flag(p)
+    args = p.parse_args(argv)
+    resolve_device_flag(p, args)
+    return args
 
 
 def success_with_se(values: dict[str, float], samples: int = 1) -> tuple[float, float, int]:
@@ -219,6 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     model, tok = base_model(args)
     probe = replace(learn_config(out, out, args), policy=args.policy)
+    base_device = model_device(model)
     policy = HFPolicy(model, tok, seed=args.seed, sample_dtype=probe.sample_dtype)
     chat = ChatTemplate(tok, tools_block="compact")
     if args.show_episodes:
@@ -227,6 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t1 = time.perf_counter()
     print(f"base: held-out success {base['success']:.1%} ({time.perf_counter() - t0:.0f} s)", flush=True)
     policy_dir = warm_start(out, args, model, tok)
+    sft_device = model_device(model)
     t2 = time.perf_counter()
     run = train(learn_config(policy_dir, out, args))
     t3 = time.perf_counter()
@@ -235,6 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     evals = [e for e in read_metrics(out / "grpo") if "eval/success" in e]
     phases = {"base": base, "sft": _strip(evals[0]), "grpo": _strip(evals[-1])}
     summary: dict[str, Any] = {"policy": args.policy, "steps": args.steps, "env_kwargs": env_kwargs(args.levels)}
+    summary["devices"] = {"base_eval": base_device, "sft": sft_device, "grpo": model_device(run.policy.model)}
     for name, values in phases.items():
         p, se, n = success_with_se(values, args.eval_samples)
         summary[name] = {"success": p, "se": se, "n": n, "reward": values.get("reward")}

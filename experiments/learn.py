@@ -22,6 +22,10 @@ Each model is scored on two held-out sets of ``--eval-tasks`` test-split problem
 wrote outside tool calls) extraction. Differences between models are paired per task: discordant
 counts and the paired standard error.
 
+Every phase runs on ``--device`` (``auto``: a GPU when torch sees one; :mod:`experiments.study_device`):
+each model is moved there as soon as it is loaded, GRPO trains there (``TrainConfig.device``), and
+``phases.json`` and ``summary.json`` record where each phase's model was.
+
 Resumable: each phase and each evaluation writes its files under ``--output-dir`` and is skipped
 when they exist (GRPO resumes from its checkpoint). Writes ``summary.json`` and ``summary.md``.
 """
@@ -44,6 +48,7 @@ import torch
 import prm_gym  # noqa: F401  (registers the prm/ ids)
 from experiments.compare_stats import paired, rate
 from experiments.learn_records import MODELS, MODES, SETS, record_file, record_key
+from experiments.study_device import add_device_flag, model_device, resolve_device_flag
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.agents.rollout import Trajectory, rollout, rollout_episodes, tool_calls
@@ -203,7 +208,7 @@ def save_model(model: Any, tok: Any, path: Path) -> None:
 
 def phase_sft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """SFT on correct demonstrations, the best validation checkpoint saved to ``sft/model``."""
-    model, tok = load_hf(args.policy, args.seed)
+    model, tok = load(args.policy, args)
     chat = chat_for(tok)
     demos = demonstrations(chat, args)
     history: list[dict[str, Any]] = []
@@ -236,6 +241,7 @@ def phase_sft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         "history": history,
         "best_step": best["step"],
         "best_val_success": best["success"],
+        "device": model_device(model),
     }
 
 
@@ -255,7 +261,7 @@ def grpo_episodes(cfg: TrainConfig, train_ids: dict[str, list[str]]) -> list[tup
 def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Play the episodes GRPO plays (its tasks and episode seeds, step by step) with the sft policy,
     keep the distinct successes, fine-tune on them."""
-    model, tok = load_hf(f"hf:{out / 'sft' / 'model'}", args.seed)
+    model, tok = load(f"hf:{out / 'sft' / 'model'}", args)
     chat = chat_for(tok)
     make = lambda: gym.make("prm/Math-v0", **env_kwargs(args))  # noqa: E731
     probe = make()
@@ -295,7 +301,13 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             recompute=args.activation_checkpointing,
         )
     save_model(model, tok, out / "rft" / "model")
-    return {"episodes": episodes, "successes": len(kept), "steps": steps, "successes_by_calls": by_calls}
+    return {
+        "episodes": episodes,
+        "successes": len(kept),
+        "steps": steps,
+        "successes_by_calls": by_calls,
+        "device": model_device(model),
+    }
 
 
 def grpo_config(out: Path, args: argparse.Namespace) -> TrainConfig:
@@ -311,6 +323,7 @@ def grpo_config(out: Path, args: argparse.Namespace) -> TrainConfig:
         lr=args.lr,
         output_dir=str(out / "grpo" / "run"),
         seed=args.seed,
+        device=args.device,
         precision=args.precision,
         checkpoint_every=5,
         resume=True,
@@ -333,11 +346,15 @@ def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     cfg = grpo_config(out, args)
     run = train(cfg)
     save_model(run.policy.model, run.policy.tokenizer, out / "grpo" / "model")
-    return {"steps": args.steps, "episodes": args.steps * args.tasks_per_step * args.group_size}
+    episodes = args.steps * args.tasks_per_step * args.group_size
+    return {"steps": args.steps, "episodes": episodes, "device": model_device(run.policy.model)}
 
 
-def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``."""
+def evaluate_all(
+    out: Path, args: argparse.Namespace, devices: dict[str, str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``;
+    ``devices`` gets where each model evaluated in this call was."""
     results: dict[str, list[dict[str, Any]]] = {}
     (out / "evals").mkdir(parents=True, exist_ok=True)
     evals = out / "evals"
@@ -345,7 +362,9 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
         todo = [(s, m) for s in SETS for m in MODES if not record_file(evals, name, s, m).exists()]
         if todo:
             source = args.policy if name == "fewshot" else f"hf:{out / name / 'model'}"
-            model, tok = load_hf(source, args.seed)
+            model, tok = load(source, args)
+            if devices is not None:
+                devices[name] = model_device(model)
             for s, m in todo:
                 t0 = time.perf_counter()
                 temperature = 0.0 if m == "greedy" else 1.0
@@ -364,7 +383,9 @@ def evaluate_all(out: Path, args: argparse.Namespace) -> dict[str, list[dict[str
     return {k: results[k] for k in sorted(results, key=lambda k: MODELS.index(k.split("-")[0]))}
 
 
-def summarise(out: Path, results: dict[str, list[dict[str, Any]]], phases: dict[str, Any]) -> dict[str, Any]:
+def summarise(
+    out: Path, results: dict[str, list[dict[str, Any]]], phases: dict[str, Any], device: str
+) -> dict[str, Any]:
     table: dict[str, Any] = {}
     lines = ["| model | set | mode | strict | lenient | mean calls |", "|---|---|---|---|---|---|"]
     for key, recs in results.items():
@@ -388,7 +409,7 @@ def summarise(out: Path, results: dict[str, list[dict[str, Any]]], phases: dict[
                     f"| {other} | {s} | {m} | {c['diff']:+.1%} | {c['se']:.1%} | {c['z']:+.1f} | "
                     f"{c['b_only']} / {c['a_only']} |"
                 )
-    summary = {"table": table, "paired": comparisons, "phases": phases}
+    summary = {"device": device, "table": table, "paired": comparisons, "phases": phases}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -434,7 +455,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="SFT and GRPO learners recompute activations in the backward pass: the same updates, a third more "
         "learner compute, about 1.2-1.3 GB less resident memory (see --loss.activation-checkpointing)",
     )
-    return p.parse_args(argv)
+    add_device_flag(p)
+    args = p.parse_args(argv)
+    resolve_device_flag(p, args)
+    return args
+
+
+def load(policy: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and tokenizer of ``policy`` (an ``hf:`` id), the model on ``--device``."""
+    model, tok = load_hf(policy, args.seed)
+    return model.to(args.device), tok
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -455,9 +485,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         (out / "phases.json").write_text(json.dumps(phases, indent=2))
         print(f"{name}: done in {phases[name]['minutes']:.1f} min", flush=True)
     t0 = time.perf_counter()
-    results = evaluate_all(out, args)
-    phases.setdefault("eval", {"minutes": (time.perf_counter() - t0) / 60})
-    return summarise(out, results, phases)
+    devices: dict[str, str] = {}
+    results = evaluate_all(out, args, devices)
+    before = phases.get("eval", {"minutes": 0.0, "devices": {}})
+    minutes = before["minutes"] + (time.perf_counter() - t0) / 60
+    phases["eval"] = {"minutes": minutes, "devices": {**before["devices"], **devices}}  # by model
+    (out / "phases.json").write_text(json.dumps(phases, indent=2))
+    return summarise(out, results, phases, args.device)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ finished) from a ``compare --task search`` output directory (``--output-dir``), 
 each (``--eval-unseen`` questions whose text no training question has, ``--eval-samples`` each, the
 study's temperature, the outcome judge alone), and writes ``<output-dir>/reeval-unseen-<n>/summary.json``:
 per arm the success across seeds and the paired difference against the comparison's first arm.
-Each model's result is kept in ``<run>/reeval-unseen-<n>.json`` and reused when present.
+Each model's result is kept in ``<run>/reeval-unseen-<n>.json`` and reused when present. Every model
+is evaluated on ``--device`` (``auto``: a GPU when torch sees one), recorded in the summary.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ def _evaluate(model_dir: Path, args: Any, seed: int, cache: Path) -> dict[str, f
         return result
     from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
     from prm_gym.agents.hf import HFPolicy
+    from prm_gym.core.models import load_hf
     from prm_gym.training.evaluation import evaluate
 
     cfg = cs.base_config(args, model_dir, seed)
     cfg = replace(cfg, progress=False)
-    policy = HFPolicy.from_id(f"hf:{model_dir}", seed=seed, sample_dtype=cfg.sample_dtype)
+    model, tok = load_hf(f"hf:{model_dir}", seed)
+    policy = HFPolicy(model.to(args.device), tok, seed=seed, sample_dtype=cfg.sample_dtype)
     chat = ChatTemplate(policy.tokenizer, DEFAULT_SYSTEM, tools_block=cfg.tools_prompt, tool_format=cfg.tool_format)
     result = evaluate(policy, chat, cfg)
     cache.write_text(json.dumps(result))
@@ -48,7 +51,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     tag = f"reeval-unseen-{args.eval_unseen}"
-    summary: dict[str, Any] = {"eval_unseen": args.eval_unseen, "samples": args.eval_samples, "comparisons": {}}
+    summary: dict[str, Any] = {"eval_unseen": args.eval_unseen, "samples": args.eval_samples, "device": args.device}
+    summary["comparisons"] = {}
     seeds = range(args.seeds)
     warm = [cs.warm_dir(args, s) / "sft" for s in seeds]
     missing = [str(w) for w in warm if not (w / "config.json").exists()]

@@ -91,11 +91,11 @@ def test_summary_table_and_plots(tmp_path: Path) -> None:
                 r["eval/reward"] = r["eval/success"]
             if "generated_tokens" in r:
                 r.update(rollout_s=1.0, learn_s=1.0)
-    summary = summarize("tree", {"chain GRPO": a, "Tree-GRPO": b}, tmp_path)
+    summary = summarize("tree", {"chain GRPO": a, "Tree-GRPO": b}, tmp_path, "cpu")
     assert summary["arms"]["chain GRPO"]["final_success"]["mean"] == pytest.approx(0.45)
     assert summary["arms"]["Tree-GRPO"]["generated_tokens"]["mean"] == 120
     assert summary["at_matched_tokens"]["budget"] == 120
-    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary and summary["device"] == "cpu"
     assert (tmp_path / "success.png").stat().st_size > 0 and (tmp_path / "tokens.png").stat().st_size > 0
     text = table(summary)
     assert "| chain GRPO | 20.0% ± 0.0% | 45.0% ± 5.0% | 25.0% ± 5.0% |  |" in text and "| 120 |" in text

@@ -84,7 +84,7 @@ def test_both_learners_recompute_activations_unless_told_not_to(
 
     monkeypatch.setattr("prm_gym.training.trainer.train", fake_train)
     monkeypatch.setattr(study, "sft", fake_sft)
-    monkeypatch.setattr(study, "load_hf", lambda *_: (None, tiny_tokenizer))
+    monkeypatch.setattr(study, "load", lambda *_: (None, tiny_tokenizer))
     monkeypatch.setattr(study, "demonstrations", lambda *_: [])
     for phase in (study.phase_grpo, study.phase_sft):
         with pytest.raises(Stop):
