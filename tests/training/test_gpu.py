@@ -1,8 +1,9 @@
 """The learner on a GPU (marked ``gpu``; ``make test-gpu``): one process on cuda, and torchrun
-with NCCL under DDP and FSDP.
+with NCCL under DDP and FSDP. ``make test-gpu-dry`` (``PRM_GPU_DRY_RUN=1``) runs the same tests on
+the CPU, torchrun with gloo, so their code is checked before a GPU is at hand.
 
-This file is also the script torchrun runs (``python test_gpu.py OUT``): the rank trains two
-steps with each ``--sharding`` and records the process group's backend and the device.
+This file is also the script torchrun runs (``python test_gpu.py OUT SHARDING DEVICE``): the rank
+trains two steps with each ``--sharding`` and records the process group's backend and the device.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from prm_gym.training.metrics import read_metrics
 from prm_gym.training.trainer import train
 
 pytestmark = pytest.mark.gpu
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
 def small(out: Path, **changes: object) -> TrainConfig:
@@ -35,10 +35,9 @@ def small(out: Path, **changes: object) -> TrainConfig:
     return trainer_small(out, **{"tasks_per_step": 2, "loss": LossConfig(micro_batch_size=1), **changes})
 
 
-@needs_cuda
-def test_one_process_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path: Path) -> None:
-    run = train(small(tmp_path))  # --device auto: the GPU
-    assert next(run.policy.model.parameters()).device.type == "cuda"
+def test_one_process_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path: Path, gpu_device: str) -> None:
+    run = train(small(tmp_path, device=gpu_device))
+    assert next(run.policy.model.parameters()).device.type == gpu_device
     rows = [r for r in read_metrics(tmp_path) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(r["loss"] == r["loss"] for r in rows)
     assert load_checkpoint(tmp_path)["step"] == 2
@@ -47,13 +46,12 @@ def test_one_process_trains_on_the_gpu_and_resumes_on_the_cpu(tmp_path: Path) ->
     assert resumed.step == 3
 
 
-@needs_cuda
-def test_behaviour_logprobs_on_the_gpu_match_a_forward_pass() -> None:
+def test_behaviour_logprobs_on_the_gpu_match_a_forward_pass(gpu_device: str) -> None:
     policy = HFPolicy.from_id("hf:tiny", seed=0)
-    policy.model.to("cuda")
+    policy.model.to(gpu_device)
     prompt = policy.tokenizer.encode("2+3=")
     gen = policy.generate([prompt], SamplingParams(max_new_tokens=8, temperature=1.0))[0]
-    ids = torch.tensor([prompt + gen.token_ids], device="cuda")
+    ids = torch.tensor([prompt + gen.token_ids], device=gpu_device)
     with torch.no_grad():
         logp = torch.log_softmax(policy.model(input_ids=ids).logits.float(), -1)
     picked = logp[0, len(prompt) - 1 : -1].gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
@@ -66,12 +64,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@needs_cuda
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_torchrun_nccl_learner(tmp_path: Path, sharding: str) -> None:
-    nproc = str(min(torch.cuda.device_count(), 2))
+def test_torchrun_nccl_learner(tmp_path: Path, sharding: str, gpu_device: str) -> None:
+    nproc = str(min(torch.cuda.device_count(), 2) if gpu_device == "cuda" else 2)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", nproc, "--master-addr", "127.0.0.1"]
-    cmd += ["--master-port", str(_free_port()), __file__, str(tmp_path), sharding]
+    cmd += ["--master-port", str(_free_port()), __file__, str(tmp_path), sharding, gpu_device]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=240)
@@ -81,26 +78,27 @@ def test_torchrun_nccl_learner(tmp_path: Path, sharding: str) -> None:
             proc.communicate()
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
     seen = json.loads((tmp_path / "rank0.json").read_text())
-    assert seen["backend"] == "nccl" and seen["device"].startswith("cuda") and seen["world"] == int(nproc)
+    backend = "nccl" if gpu_device == "cuda" else "gloo"
+    assert seen["backend"] == backend and seen["device"].startswith(gpu_device) and seen["world"] == int(nproc)
     assert [r["step"] for r in read_metrics(tmp_path / "run") if "loss" in r] == [1, 2]
     assert load_checkpoint(tmp_path / "run")["step"] == 2
 
 
-def worker(out: Path, sharding: str) -> None:
-    """What each torchrun rank runs: two steps on its GPU with ``sharding``."""
+def worker(out: Path, sharding: str, device: str) -> None:
+    """What each torchrun rank runs: two steps on its GPU (``device``) with ``sharding``."""
     import torch.distributed as dist
 
     from prm_gym.training.ddp import setup_learner
     from prm_gym.training.run import build_run
 
-    cfg = small(out / "run", sharding=sharding)
+    cfg = small(out / "run", sharding=sharding, device=device)
     learner = setup_learner(build_run(cfg))  # what train() does first: join the group, place the model
     seen = {"backend": dist.get_backend(), "world": learner.world_size, "device": str(learner.device)}
     learner.close()
     (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
     run = train(cfg)
-    assert next(run.policy.model.parameters()).device.type == "cuda"
+    assert next(run.policy.model.parameters()).device.type == device
 
 
 if __name__ == "__main__":
-    worker(Path(sys.argv[1]), sys.argv[2])
+    worker(Path(sys.argv[1]), sys.argv[2], sys.argv[3])
