@@ -7,6 +7,7 @@ no body-read deadline, and env calls in the server's own threads (a hung call fr
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from tests.envs.flaky_env import FlakyEnv  # noqa: F401  (registers test/Flaky-v
 
 pytest.importorskip("fastapi", reason="the env server needs the serve extra (fastapi, uvicorn)")
 
-from prm_gym.envs.serve.app import serve_in_thread
+from prm_gym.envs.serve.app import build_app, serve_in_thread
 from prm_gym.envs.serve.cli import main, parse_args
 from prm_gym.envs.serve.sessions import EnvServer, ServerConfig
 
@@ -31,10 +32,15 @@ TOKEN = "s3cret-token-of-32-characters-xx"
 
 
 @pytest.fixture(scope="module")
-def guarded() -> Iterator[str]:
-    cfg = ServerConfig("test/Flaky-v0", token=TOKEN, call_timeout_s=2.0, body_timeout_s=1.0)
-    with serve_in_thread(EnvServer(cfg)) as url:
-        yield url
+def guarded_server() -> Iterator[tuple[EnvServer, str]]:
+    server = EnvServer(ServerConfig("test/Flaky-v0", token=TOKEN, call_timeout_s=2.0, body_timeout_s=1.0))
+    with serve_in_thread(server) as url:
+        yield server, url
+
+
+@pytest.fixture(scope="module")
+def guarded(guarded_server: tuple[EnvServer, str]) -> str:
+    return guarded_server[1]
 
 
 def _auth(client: str = "a") -> dict[str, str]:
@@ -52,6 +58,22 @@ def test_a_token_is_required_and_compared(guarded: str) -> None:
     env = RemoteEnv(guarded, token=TOKEN)
     assert env.reset(seed=0)[0]
     env.close()
+
+
+def test_the_token_covers_every_endpoint_but_health(guarded_server: tuple[EnvServer, str]) -> None:
+    server, url = guarded_server
+    routes = [r for r in build_app(server).routes if getattr(r, "path", "/health") != "/health"]
+    paths = {getattr(r, "path", "") for r in routes} | {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    open_without_token = []
+    for path in sorted(paths):
+        for method in ("GET", "POST", "DELETE"):
+            r = httpx.request(method, url + path.replace("{sid}", "x"), headers={"x-prm-client": "a"})
+            if r.status_code < 400:
+                open_without_token.append(f"{method} {path}: {r.status_code}")
+    assert not open_without_token  # before: GET /openapi.json, /docs, /docs/oauth2-redirect, /redoc answered 200
+    assert httpx.get(url + "/openapi.json", headers=_auth()).status_code == 404  # off with a token, for everyone
+    assert httpx.get(url + "/tools", headers=_auth()).status_code == 200
+    assert httpx.get(url + "/health").status_code == 200
 
 
 def test_the_client_reads_the_token_from_the_environment(guarded: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,6 +182,55 @@ def test_half_sent_bodies_time_out_and_free_their_connections(guarded: str) -> N
     print(f"\n50 half-sent bodies: all answered 408 and closed after {elapsed:.2f}s (--body-timeout-s 1)")
     assert all(a.startswith(b"HTTP/1.1 408") and b"--body-timeout-s" in a for a in answers)
     assert elapsed < 3.0
+
+
+def test_partial_bodies_on_any_endpoint_are_closed_by_the_body_deadline(guarded: str) -> None:
+    """20 connections declare a 1000-byte body and send 1 byte: to an endpoint that reads it (408 at
+    the deadline) and to ones that answer without reading it (401, 404, a GET with a body); half of
+    them then dribble a byte every 0.2 s. Every one must be closed by the body deadline (1 s)."""
+    port = int(guarded.rsplit(":", 1)[1])
+    heads = [
+        f"POST /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n",  # read: 408
+        "POST /sessions HTTP/1.1\r\nHost: x\r\n",  # no token: 401 before the body is read
+        f"POST /sessions/nope/reset HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n",  # 404
+        f"GET /tools HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n",  # 200, body never read
+        "POST /no/such/path HTTP/1.1\r\nHost: x\r\n",  # 404
+    ]
+    socks: dict[socket.socket, bool] = {}  # socket -> dribbles
+    for i in range(20):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall((heads[i % len(heads)] + "Content-Length: 1000\r\n\r\n{").encode())
+        s.setblocking(False)
+        socks[s] = i % 2 == 1
+    start = time.monotonic()
+    closed_at: dict[socket.socket, float] = {}
+    next_drip = start
+    while len(closed_at) < len(socks) and time.monotonic() - start < 8:
+        live = [s for s in socks if s not in closed_at]
+        if time.monotonic() >= next_drip:
+            next_drip += 0.2
+            for s in live:
+                if socks[s]:
+                    try:
+                        s.send(b" ")
+                    except OSError:  # the server closed it
+                        closed_at[s] = time.monotonic() - start
+        readable, _, _ = select.select([s for s in live if s not in closed_at], [], [], 0.05)
+        for s in readable:
+            try:
+                while s.recv(65536):
+                    pass
+                closed_at[s] = time.monotonic() - start  # end of stream: closed
+            except BlockingIOError:
+                pass  # an answer, the connection still open
+            except OSError:
+                closed_at[s] = time.monotonic() - start  # reset: closed
+    for s in socks:
+        s.close()
+    slowest = max(closed_at.values(), default=float("inf"))
+    print(f"\n20 partial bodies on 5 endpoints, 10 dribbling: {len(closed_at)} closed, the last after {slowest:.2f}s")
+    assert len(closed_at) == 20  # before: the dribbling ones that were answered unread stayed open
+    assert slowest < 1.8  # --body-timeout-s 1; before: 5 s (uvicorn's keep-alive) for the non-dribbling ones
 
 
 @pytest.mark.parametrize("action", ["hang", "spin"])  # sleeps forever; holds the GIL forever

@@ -3,7 +3,10 @@
 Every body is JSON in the wire format of :mod:`prm_gym.envs.serve.wire`; every error is
 ``{"error": "<reason>"}``, 4xx when the request was wrong, 5xx when the env failed. With a token
 (:mod:`prm_gym.envs.serve.auth`) every endpoint but ``/health`` needs ``Authorization: Bearer
-<token>`` (401 otherwise), and a session answers only the client that created it. Endpoints:
+<token>`` (401 otherwise), and a session answers only the client that created it; FastAPI's own
+``/openapi.json``, ``/docs`` and ``/redoc`` are served only by a server without a token (loopback).
+A response sent before its request's body arrived in full closes the connection
+(:class:`~prm_gym.envs.serve.limits.CloseUnreadBodies`). Endpoints:
 
 * ``GET /health`` -> ``{"status": "ok", "env", "sessions", "max_sessions"}``;
 * ``GET /tools`` -> ``{"tools": [<OpenAI function schema>, ...]}``;
@@ -40,7 +43,7 @@ except ImportError as _exc:
 
 from prm_gym.envs.serve import auth
 from prm_gym.envs.serve.errors import HTTPError
-from prm_gym.envs.serve.limits import MAX_SEED
+from prm_gym.envs.serve.limits import MAX_SEED, CloseUnreadBodies
 from prm_gym.envs.serve.sessions import EnvServer
 from prm_gym.envs.serve.wire import dumps
 
@@ -69,15 +72,21 @@ def _action(body: dict[str, Any]) -> str:
 
 
 def build_app(server: EnvServer) -> FastAPI:
-    """The FastAPI app serving ``server``'s sessions."""
-    app = FastAPI(title=f"prm-serve {server.cfg.env_id}", lifespan=server.lifespan)
+    """The FastAPI app serving ``server``'s sessions.
+
+    With a token the generated API description and its pages (``/openapi.json``, ``/docs``,
+    ``/redoc``) are off, so that every endpoint but ``/health`` needs the token."""
+    docs = server.cfg.token is None
+    app = FastAPI(
+        title=f"prm-serve {server.cfg.env_id}",
+        lifespan=server.lifespan,
+        openapi_url="/openapi.json" if docs else None,  # None also removes /docs and /redoc
+    )
+    app.add_middleware(CloseUnreadBodies)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> Response:
-        response = json_response({"error": exc.reason}, exc.status)
-        if exc.status in (408, 413):  # the body was not read to its end: free the connection now
-            response.headers["connection"] = "close"
-        return response
+        return json_response({"error": exc.reason}, exc.status)  # 408/413: CloseUnreadBodies closes
 
     @app.exception_handler(StarletteHTTPException)
     async def _route_error(request: Request, exc: StarletteHTTPException) -> Response:

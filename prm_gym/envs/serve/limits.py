@@ -2,7 +2,10 @@
 
 Every malformed body answers 4xx, never 500: bytes that are not UTF-8 JSON, JSON nested deeper
 than :data:`MAX_DEPTH` (the parser's own recursion limit included), integers longer than Python
-parses (4300 digits), a body not sent in full within the body-read deadline (408). Client-set
+parses (4300 digits), a body not sent in full within the body-read deadline (408; the connection
+is closed). A request answered without its body read to the end (a 401, a 404, an endpoint that
+takes no body) closes its connection too (:class:`CloseUnreadBodies`), so a client that declares a
+body and never sends it holds no connection past its answer. Client-set
 env kwargs are plain JSON within the bounds of :class:`KwargBounds`: a bigger value answers 400
 with the bound, before any env is made.
 """
@@ -55,6 +58,44 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
 
 if TYPE_CHECKING:  # fastapi is the serve extra; this module imports without it
     from fastapi import Request
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class CloseUnreadBodies:
+    """ASGI middleware: ``Connection: close`` on a response sent before its request's body was
+    received in full.
+
+    Otherwise the connection would stay open after the answer, waiting for the rest of a body
+    nobody reads: a client declaring ``Content-Length: 1000`` and sending one byte to an endpoint
+    that answers without reading (401, 404, ``GET /tools``) held it until uvicorn's keep-alive
+    timeout, and for ever if it sent a byte now and then. Bodies that are read have their own
+    deadline (:func:`read_body`, 408).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        unread = headers.get(b"content-length", b"0").strip() not in (b"0", b"") or b"transfer-encoding" in headers
+
+        async def receive_body() -> Message:
+            nonlocal unread
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                unread = False  # the whole body arrived (or the client left)
+            return message
+
+        async def send_answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and unread:
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*kept, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive_body, send_answer)
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
