@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import torch
+from test_trainer import small as trainer_small  # the suite's small Math run (tests/training is on sys.path)
 
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.device_guard import DeviceGuardError, device_guard
 from prm_gym.core.models import tiny_model
 from prm_gym.core.policy import SamplingParams
-from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig, TreeConfig
+from prm_gym.training.config import EvalConfig, SamplingConfig, TrainConfig, TreeConfig
 from prm_gym.training.metrics import read_metrics
 from prm_gym.training.sft import sft
 from prm_gym.training.trainer import train
@@ -24,15 +25,15 @@ ENV_KW = '{"levels": [1], "num_tasks": 20, "max_turns": 3}'
 
 
 def test_the_guard_names_the_line_of_a_factory_without_a_device() -> None:
-    with device_guard(roots=(Path(__file__).resolve().parent,)) as guard, pytest.raises(DeviceGuardError) as err:
+    with device_guard(roots=(Path(__file__).resolve().parents[1],)) as guard, pytest.raises(DeviceGuardError) as err:
         torch.arange(3)
-    assert "tests/test_device_guard.py:" in str(err.value) and "torch.arange" in str(err.value)
-    with device_guard(roots=(Path(__file__).resolve().parent,)) as guard:
+    assert "tests/training/test_device_guard.py:" in str(err.value) and "torch.arange" in str(err.value)
+    with device_guard(roots=(Path(__file__).resolve().parents[1],)) as guard:
         x = torch.arange(3, device="cpu")
         x.new_zeros(2)  # follows x
         x.tolist()
         bool(x.any())
-    assert guard.syncs["tests/test_device_guard.py"] == 2
+    assert guard.syncs["tests/training/test_device_guard.py"] == 2
     assert torch.arange(2).tolist() == [0, 1]  # outside the block nothing is checked
 
 
@@ -51,22 +52,10 @@ def test_multi_turn_sampling_with_kept_prefixes_and_stop_strings_names_every_dev
 
 
 def small(out: Path, **kw: object) -> TrainConfig:
-    base: dict[str, object] = dict(
-        env_kwargs=ENV_KW,
-        group_size=2,
-        tasks_per_step=1,
-        steps=1,
-        output_dir=str(out),
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=0,
-        device="cpu",
-        sampling=SamplingConfig(max_new_tokens=8),
-        eval=EvalConfig(num_tasks=2, samples=1),
-        loss=LossConfig(micro_batch_size=2),
-    )
-    base.update(kw)
-    return TrainConfig(**base)  # type: ignore[arg-type]
+    """test_trainer's small run: one step of three-turn episodes on the CPU, two held-out tasks."""
+    flags: dict[str, object] = dict(env_kwargs=ENV_KW, steps=1, checkpoint_every=0, device="cpu")
+    flags.update(sampling=SamplingConfig(max_new_tokens=8), eval=EvalConfig(num_tasks=2, samples=1))
+    return trainer_small(out, **{**flags, **kw})
 
 
 def test_a_grpo_step_and_its_evaluations_name_every_device(tmp_path: Path) -> None:
