@@ -34,6 +34,7 @@ from typing import Any
 
 from prm_gym.agents import kv_cache, shared_prefix
 from prm_gym.agents.kv_cache import plain_layers
+from prm_gym.agents.turn_ends import TurnEnds
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import Generation, SamplingParams
 
@@ -166,7 +167,7 @@ class HFPolicy:
         n, budget = len(prompts), params.max_new_tokens
         sampled = torch.zeros((n, budget), dtype=torch.long, device=device)
         chosen = torch.zeros((n, budget), dtype=torch.float32, device=device)
-        rows = _Rows(n, self.tokenizer, params.stop)
+        rows = TurnEnds(n, self.tokenizer, params.stop)
         last_pos = mask.sum(-1) - 1 + (len(prefix.ids) if prefix is not None else 0)
         prompt_cols = [[j for j, v in enumerate(r) if v] for r in mask.tolist()]  # each row's real prompt columns
         width = mask.shape[1]
@@ -232,50 +233,6 @@ SYNC_EVERY = 8
 every this many steps, so the host waits for the GPU once per that many tokens, not at each; a row
 that stopped in between is cut at its stop, and its extra ids, sampled and computed, are dropped.
 On a CPU there is no queue to wait for, and it looks at every step (no wasted forwards)."""
-
-
-class _Rows:
-    """The sampled ids of a call's rows on the host, each cut at its end of turn (the end-of-turn
-    token or a stop string, kept), as the token loop hands over its device ids."""
-
-    def __init__(self, n: int, tokenizer: Any, stop: Sequence[str]):
-        self.ids: list[list[int]] = [[] for _ in range(n)]
-        self.finish = ["length"] * n
-        self.end: list[int | None] = [None] * n  # a finished row's length
-        self.seen = 0  # the steps handed over so far
-        self.live = n
-        self.tokenizer = tokenizer
-        self.stop = tuple(stop)
-        self.window = max((len(s) for s in self.stop), default=0) + 2
-
-    def all_done(self) -> bool:
-        return self.live == 0
-
-    def extend(self, columns: list[list[int]], eos: int | None) -> None:
-        """Hand over each row's ids of the steps since the last call (``columns[b]``)."""
-        width = len(columns[0]) if columns else 0
-        self.seen += width
-        for b, new in enumerate(columns):
-            if self.end[b] is not None:
-                continue
-            row, start = self.ids[b], len(self.ids[b])
-            row.extend(new)
-            cut = next((start + j + 1 for j, t in enumerate(new) if t == eos), None)
-            hit = self._first_stop(row, start, cut or len(row))
-            if hit is not None or cut is not None:
-                self.end[b] = end = min(x for x in (hit, cut) if x is not None)
-                del row[end:]
-                self.finish[b] = "stop"
-                self.live -= 1
-
-    def _first_stop(self, row: list[int], start: int, stop_at: int) -> int | None:
-        """The shortest length in ``start + 1 .. stop_at`` at which ``row`` ends with a stop string
-        (its last ``window`` ids decoded contain one), or None."""
-        if not self.stop or stop_at <= start:
-            return None
-        lengths = range(start + 1, stop_at + 1)
-        texts = self.tokenizer.batch_decode([row[max(0, k - self.window) : k] for k in lengths])
-        return next((k for k, text in zip(lengths, texts, strict=True) if any(s in text for s in self.stop)), None)
 
 
 SHARED_PREFIX_MIN = 16
