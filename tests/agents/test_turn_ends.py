@@ -24,4 +24,4 @@ def test_rows_are_cut_at_their_first_end_of_turn_whatever_the_hand_over(tiny_tok
     assert tiny_tokenizer.decode(ids[0]) == "ab</t>" and finish[0] == "stop"  # the stop string kept, the rest dropped
     assert ids[1] == [*enc("xy"), eos] and finish[1] == "stop"
     assert finish[2] == "length" and live == 1 and seen == width
-    assert ids[3] == enc("</t") + [eos]  # the end-of-turn token comes first
+    assert ids[3] == [*enc("</t"), eos]  # the end-of-turn token comes first
