@@ -20,7 +20,8 @@ Each model is scored on two held-out sets of ``--eval-tasks`` test-split problem
 (training phrasings, new numbers) and **templates** (the 12 held-out phrasings), greedy and sampled
 (temperature 1), with strict (``<answer>`` judged by the env) and lenient (the last number the model
 wrote outside tool calls) extraction. Differences between models are paired per task: discordant
-counts and the paired standard error.
+counts, the paired standard error per task and clustered by template (the 95% t interval on
+templates - 1 degrees of freedom; "gain" only where it excludes 0).
 
 Every phase runs on ``--device`` (``auto``: a GPU when torch sees one; :mod:`experiments.study_device`):
 each model is moved there as soon as it is loaded, GRPO trains there (``TrainConfig.device``), and
@@ -46,7 +47,7 @@ import gymnasium as gym
 import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
-from experiments.compare_stats import paired, rate
+from experiments.compare_stats import clustered_rate, paired, rate
 from experiments.learn_records import MODELS, MODES, SETS, record_file, record_key
 from experiments.study_device import add_device_flag, model_device, resolve_device_flag
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
@@ -387,27 +388,43 @@ def summarise(
     out: Path, results: dict[str, list[dict[str, Any]]], phases: dict[str, Any], device: str
 ) -> dict[str, Any]:
     table: dict[str, Any] = {}
-    lines = ["| model | set | mode | strict | lenient | mean calls |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | set | mode | strict | strict, template-clustered s.e. (G) | lenient | mean calls |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, recs in results.items():
         name, s, m = key.split("-")
         (ps, ses), (pl, sel) = rate(recs, "strict"), rate(recs, "lenient")
+        cl = clustered_rate(recs, "strict")
         calls = sum(r["calls"] for r in recs) / len(recs)
         table[key] = {"strict": ps, "strict_se": ses, "lenient": pl, "lenient_se": sel, "n": len(recs), "calls": calls}
-        lines.append(f"| {name} | {s} | {m} | {ps:.1%} ± {ses:.1%} | {pl:.1%} ± {sel:.1%} | {calls:.2f} |")
+        table[key]["strict_clustered"] = cl
+        cl_cell = f"{cl['se']:.1%} ({cl['clusters']})" if cl else "–"
+        lines.append(f"| {name} | {s} | {m} | {ps:.1%} ± {ses:.1%} | {cl_cell} | {pl:.1%} ± {sel:.1%} | {calls:.2f} |")
     comparisons: dict[str, Any] = {}
     lines += [
         "",
-        "| GRPO minus | set | mode | difference (strict) | s.e. | z | GRPO-only / other-only |",
-        "|---|---|---|---|---|---|---|",
+        "Paired per task; the s.e. clustered by template (CR1, G templates) gives the 95% interval on t(G − 1), "
+        'and "gain" only where it excludes 0.',
+        "",
+        "| GRPO minus | set | mode | difference (strict) | per-task s.e. | z | GRPO-only / other-only "
+        "| clustered s.e. (G) | 95% interval | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for other in ("sft", "rft"):
         for s in SETS:
             for m in MODES:
                 c = paired(results[f"{other}-{s}-{m}"], results[f"grpo-{s}-{m}"])
                 comparisons[f"grpo-vs-{other}-{s}-{m}"] = c
+                k = c["clustered"]
+                tail = (
+                    f"{k['se']:.1%} ({k['clusters']}) | [{k['lo']:+.1%}, {k['hi']:+.1%}], t({k['df']}) | {k['verdict']}"
+                    if k
+                    else "– | – | –"
+                )
                 lines.append(
                     f"| {other} | {s} | {m} | {c['diff']:+.1%} | {c['se']:.1%} | {c['z']:+.1f} | "
-                    f"{c['b_only']} / {c['a_only']} |"
+                    f"{c['b_only']} / {c['a_only']} | {tail} |"
                 )
     summary = {"device": device, "table": table, "paired": comparisons, "phases": phases}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -42,8 +42,14 @@ def test_cli_prints_both_tables_and_writes_markdown(tmp_path: Path, capsys: pyte
     md = tmp_path / "seeds.md"
     learn_seeds.main([str(a), str(b), "--markdown", str(md)])
     printed = capsys.readouterr().out
-    assert "| grpo − sft | numbers | greedy | +75.0 ± 25.0 | +50.0 ± 28.9 | +62.5 ± 12.5 | 17.7 |" in printed
-    assert "| sft | numbers | greedy | 25.0 | 50.0 | 37.5 ± 12.5 |" in printed
+    # no templates in these records: no clustered s.e.; across two seeds the interval is on t(1)
+    assert "| grpo − sft | numbers | greedy | s0 | +75.0 | 25.0 | – | – | – | – |" in printed
+    assert (
+        "| grpo − sft | numbers | greedy | +75.0 | +50.0 | +62.5 ± 12.5 | [-96.3, +221.3], t(1) | 0.13 | 17.7 | 26.9 "
+        "| – | – | no detectable difference |"
+    ) in printed
+    assert "| sft | numbers | greedy | 25.0 | 50.0 | 37.5 ± 12.5 | [-121.3, 196.3], t(1) |" in printed
+    assert " gain " not in printed
     assert md.read_text() == printed
 
 
@@ -98,3 +104,35 @@ def test_pairing_refuses_records_of_different_tasks() -> None:
     with pytest.raises(ValueError, match="same distinct task ids"):
         paired(a, [])
     assert paired(a, list(reversed(a)))["diff"] == 0.0
+
+
+SEEDS = [RESULTS / f"learn-c992789-seed{i}" for i in range(3)]
+
+
+def test_three_recorded_seeds_cluster_by_template_and_call_no_gain_whose_interval_holds_zero() -> None:
+    """make learn at c992789, seeds 0-2: GRPO minus SFT on held-out phrasings, greedy, is +4.0 ± 4.2
+    across seeds (t(2): p 0.44, the interval holds 0); within seed 1 the template-clustered s.e. (12
+    templates) is over four times the per-task one, because one template (h04) carries the gain."""
+    out = learn_seeds.aggregate([learn_seeds.load_run(d) for d in SEEDS])
+    c = out["comparisons"]["grpo-vs-sft-templates-greedy"]
+    assert c["mean"] == pytest.approx(0.04) and c["df"] == 2 and c["p"] == pytest.approx(0.44, abs=0.01)
+    assert c["lo"] < 0 < c["hi"] and c["verdict"] == "no detectable difference"
+    seed1 = c["per_run"][1]
+    assert seed1["clustered"]["clusters"] == 12 and seed1["clustered"]["se"] > 4 * seed1["se"]
+    h04 = next(r for r in c["per_template"][1] if r["template"] == "h04")
+    assert (h04["n"], h04["a"], h04["b"]) == (26, 1, 25)
+    assert sum(r["n"] for r in c["per_template"][1]) == 200
+
+
+def test_every_gain_printed_has_an_interval_above_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    md = tmp_path / "clustered.md"
+    learn_seeds.main([*map(str, SEEDS), "--per-template", "--markdown", str(md)])
+    printed = capsys.readouterr().out
+    assert md.read_text() == printed and "GRPO − SFT per held-out template, greedy" in printed
+    rows = [r.split(" | ") for r in printed.splitlines() if r.endswith("| gain |")]
+    assert rows  # some per-run differences clear their interval (e.g. GRPO − RFT on new numbers)
+    for cells in rows:
+        interval = next(x for x in cells if x.startswith("["))
+        assert float(interval[1:].split(",")[0]) >= 0  # +0.0 when it clears 0 by less than 0.05 points
+    templates_greedy = [r for r in printed.splitlines() if r.startswith("| grpo − sft | templates | greedy | learn")]
+    assert len(templates_greedy) == 3 and not any(r.endswith("| gain |") for r in templates_greedy)

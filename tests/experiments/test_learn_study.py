@@ -138,3 +138,30 @@ def test_rft_plays_the_very_episodes_grpo_plays(study: ModuleType, tmp_path: Pat
     assert (
         len(played) == 5 * args.tasks_per_step * args.group_size and len({t for t, _ in played}) > args.tasks_per_step
     )
+
+
+def test_summary_clusters_by_template_and_says_gain_only_where_the_interval_excludes_zero(
+    study: ModuleType, tmp_path: Path
+) -> None:
+    """The 28 Nov run's records (docs/results/learn-words): GRPO minus SFT on held-out phrasings is
+    +7.5 points greedy (per-task s.e. 2.1, clustered 5.4 over 12 templates: no detectable difference)
+    and +9.0 sampled (clustered 3.6: a gain, its t(11) interval above 0)."""
+    import json
+
+    run = ROOT / "docs" / "results" / "learn-words"
+    results = {
+        f"{m}-{s}-{d}": json.loads((run / f"{m}-{s}-{d}.json").read_text())
+        for m in ("fewshot", "sft", "rft", "grpo")
+        for s in ("numbers", "templates")
+        for d in ("greedy", "sampled")
+    }
+    summary = study.summarise(tmp_path, results, {}, "cpu")
+    greedy = summary["paired"]["grpo-vs-sft-templates-greedy"]
+    assert greedy["clustered"]["se"] == pytest.approx(0.0539, abs=5e-4) and greedy["se"] == pytest.approx(
+        0.0212, abs=5e-4
+    )
+    assert greedy["clustered"]["verdict"] == "no detectable difference"
+    assert summary["paired"]["grpo-vs-sft-templates-sampled"]["clustered"]["verdict"] == "gain"
+    md = (tmp_path / "summary.md").read_text()
+    assert "| sft | templates | greedy | +7.5% | 2.1% | +3.5 | 17 / 2 | 5.4% (12) | [-4.4%, +19.4%], t(11) |" in md
+    assert summary["table"]["grpo-templates-greedy"]["strict_clustered"]["clusters"] == 12
