@@ -48,7 +48,11 @@ from prm_gym.training.metrics import read_metrics
 OUTCOME_ONLY = "rule/math_equiv"
 SLOW_ENV = "prm/MathSlowTools-v0"
 COMPARISONS: dict[str, dict[str, str]] = {
-    "tree": {"chain GRPO": "grpo", "Tree-GRPO": "tree-grpo"},
+    "tree": {
+        "chain GRPO": "grpo",
+        "Tree-GRPO": "tree-grpo",
+        "Tree-GRPO, authors' node draw": "tree-grpo-authors",  # root a candidate, with replacement
+    },
     # A diagnostic of (a): chain GRPO with as many trajectories per task as Tree-GRPO has roots,
     # so both sample each task's first turn equally often.
     "roots": {"Tree-GRPO": "tree-grpo", "chain GRPO, one per tree root": "grpo-roots"},
@@ -123,6 +127,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--retrieval-weight", type=float, default=0.2, help="search: weight of rule/retrieval")
     p.add_argument("--info-gain-weight", type=float, default=1.0, help="search: weight of progress/info_gain")
+    p.add_argument(
+        "--igpo-norm",
+        choices=["joint", "separate"],
+        default="joint",
+        help="search, arm info-gain-authors: IGPO's reward z-scoring (the authors' info_gain_norm_mode)",
+    )
     p.add_argument("--micro-batch", type=int, default=16, help="learner micro-batch (trajectories)")
     p.add_argument("--num-workers", type=int, default=4, help="rollout threads of the async comparison")
     p.add_argument("--latency-median-s", type=float, default=0.3)
@@ -186,6 +196,8 @@ def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainC
         return base
     if name == "tree-grpo":
         return replace(base, algo="tree-grpo")
+    if name == "tree-grpo-authors":  # AMAP-ML/Tree-GRPO tree_node.py:136-140
+        return replace(base, algo="tree-grpo", tree=replace(base.tree, expand_root=True, expand_with_replacement=True))
     if name == "grpo-roots":
         return replace(base, group_size=args.trees)
     if name == "outcome-only":
@@ -246,7 +258,9 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
             "final_success": st.mean_se(finals[arm]),
             # Paired by seed (the arms of a seed share its warm start), so the warm starts' spread cancels.
             "gain_success": st.mean_se([f - s for f, s in zip(finals[arm], starts, strict=True)]),
-            "minus_first_success": st.mean_se([f - g for f, g in zip(finals[arm], finals[first], strict=True)]),
+            # mean ± s.e. over seeds with the 95% t interval on seeds - 1 and its verdict ("gain" only
+            # where the interval excludes 0); the metrics rows hold no per-task records to cluster
+            "minus_first_success": st.seeds_interval([f - g for f, g in zip(finals[arm], finals[first], strict=True)]),
             "final_eval_reward": st.mean_se([st.final(rows, "eval/reward") for rows in seeds]),
             "generated_tokens": st.mean_se([c[-1][1] for c in curves[arm]]),
             "train_s": st.mean_se(seconds[arm]),
@@ -301,13 +315,15 @@ def table(summary: dict[str, Any]) -> str:
     first = next(iter(summary["arms"]))
     lines = [
         f"### {summary['which']}",
-        f"| arm | held-out success, start | final | gain (final - start) | final - {first} (paired) "
-        "| final eval reward | generated tokens | train s |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| arm | held-out success, start | final | final - start | final - {first} (paired) "
+        "| 95% interval, t(seeds - 1) | verdict | final eval reward | generated tokens | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in summary["arms"].items():
         tok, sec = a["generated_tokens"], a["train_s"]
-        paired = "" if arm == first else f(a["minus_first_success"])
+        d = a["minus_first_success"]
+        cells = ["", "", ""] if arm == first else [f(d), f"[{d['lo']:+.1%}, {d['hi']:+.1%}]", d["verdict"]]
+        paired = " | ".join(cells)
         lines.append(
             f"| {arm} | {f(a['start_success'])} | {f(a['final_success'])} | {f(a['gain_success'])} | {paired} "
             f"| {f(a['final_eval_reward'], False)} | {tok['mean']:.0f} ± {tok['se']:.0f} "

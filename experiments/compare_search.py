@@ -45,8 +45,14 @@ COMPARISONS: dict[str, dict[str, str]] = {
         "Tree-GRPO": "tree-grpo",
         "chain GRPO, equal tokens per step": "grpo-tokens",
         "chain GRPO, equal trajectories": "grpo",
+        "Tree-GRPO, authors' node draw (root a candidate, with replacement)": "tree-grpo-authors",
     },
-    "process": {"outcome only": "grpo", "retrieval credit": "retrieval", "IGPO information gain": "info-gain"},
+    "process": {
+        "outcome only": "grpo",
+        "retrieval credit": "retrieval",
+        "IGPO information gain": "info-gain",
+        "IGPO as its authors run it": "info-gain-authors",
+    },
 }
 """Comparison -> arm label -> run name."""
 
@@ -133,4 +139,11 @@ def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainC
         }
         kw = {**json.loads(base.env_kwargs), "judge_kwargs": judge_kwargs}
         return replace(base, judge=f"{OUTCOME} + {args.info_gain_weight}*progress/info_gain", env_kwargs=json.dumps(kw))
+    if name == "tree-grpo-authors":  # AMAP-ML/Tree-GRPO tree_node.py:136-140
+        return replace(base, algo="tree-grpo", tree=replace(base.tree, expand_root=True, expand_with_replacement=True))
+    if name == "info-gain-authors":  # GuoqingWang1/IGPO: see prm_gym.rewards.info_gain
+        authors = {"policy": "current", "final": "outcome", "belief": "span", "outcome": "f1"}
+        kw = {**json.loads(base.env_kwargs), "judge_kwargs": {"progress/info_gain": authors}}
+        loss = replace(base.loss, igpo=args.igpo_norm, process_coef=1.0)
+        return replace(base, judge="progress/info_gain", env_kwargs=json.dumps(kw), loss=loss)
     raise ValueError(f"no search arm named {name!r}")

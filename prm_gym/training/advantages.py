@@ -136,6 +136,81 @@ def turn_advantages(
     return torch.where(mask, adv, torch.zeros_like(adv)).float()
 
 
+def _igpo_stats(values: Tensor, groups: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-element (mean, std) of its group over the masked elements, as the authors compute them:
+    the population std ``sqrt(var + 1e-8)``, and std 1 where a group has at most one element."""
+    mean, _, count = _group_stats(values, groups, mask)
+    num = int(groups.max().item()) + 1 if groups.numel() else 0
+    sq = values.new_zeros(num).index_add_(0, groups, (values - mean) ** 2 * mask.to(values.dtype))
+    std = (sq[groups] / count.clamp(min=1) + 1e-8).sqrt()
+    return mean, torch.where(count <= 1, torch.ones_like(std), std)
+
+
+def igpo_advantages(
+    rewards: Tensor,
+    turn_mask: Tensor,
+    groups: Tensor,
+    *,
+    mode: str = "joint",
+    gamma: float = 1.0,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+) -> Tensor:
+    """IGPO's per-turn advantages (Wang et al. 2025, arXiv 2510.14967), as the authors compute them.
+
+    Each trajectory's last real turn carries its outcome, every earlier turn its information gain.
+    Following ``compute_grpo_outcome_advantage`` in ``verl/trainer/ppo/core_algos.py`` of
+    GuoqingWang1/IGPO at ``49a8c4e`` (its steps 1-5):
+
+    1. the outcome positions are each trajectory's last turn; the gain positions the other turns
+       whose reward is not exactly 0 (a gain of exactly 0 stays 0 and is left out of the statistics;
+       the authors also merge such a turn into the next one, which gives the same advantages when
+       ``gamma = 1``, their scripts' value);
+    2. per group, the rewards are z-scored *before* any sum: ``mode="joint"`` pools outcomes and
+       gains, ``mode="separate"`` z-scores the outcomes among themselves and the gains among
+       themselves; the std is the population std ``sqrt(var + 1e-8)`` (1 for a group with at most
+       one such reward) and the division, ``/ (std + eps)``, is skipped with ``scale_by_std=False``
+       (the authors' ``norm_adv_by_std_in_grpo``);
+    3. the advantage of turn ``t`` is the discounted sum of the normalised rewards from ``t`` on,
+       ``A_t = r~_t + gamma * A_{t+1}``, and nothing else (no separate outcome advantage).
+
+    The weight of a judge that gives both parts is normalised away in both modes; the strength of the
+    gains against the outcome is fixed by the z-scoring (``separate``: equal unit scales; ``joint``:
+    their spread in the pooled group).
+
+    Args:
+        rewards: ``(N, T)`` per-turn rewards (gains, then the outcome on the last turn), padded.
+        turn_mask: ``(N, T)`` bool, True on real turns of valid trajectories.
+        groups: ``(N,)`` group index of each trajectory.
+        mode: ``"joint"`` or ``"separate"``.
+        gamma: the discount of the sum.
+        scale_by_std: divide by the std.
+        eps: added to the std.
+
+    Returns:
+        ``(N, T)`` advantages, 0 on masked turns.
+    """
+    if mode not in ("joint", "separate"):
+        raise ValueError(f"mode must be 'joint' or 'separate', not {mode!r}")
+    mask = turn_mask.bool()
+    r = torch.where(mask, rewards.to(torch.float64), torch.zeros((), dtype=torch.float64))
+    n, t = r.shape
+    last_idx = (mask.long() * torch.arange(1, t + 1, device=r.device)).argmax(dim=1)  # the last real turn of each row
+    last = torch.zeros_like(mask)
+    last[torch.arange(n, device=r.device), last_idx] = mask.any(dim=1)
+    gain = mask & ~last & (r != 0)
+    flat_r, flat_g = r.reshape(-1), groups.long()[:, None].expand(n, t).reshape(-1)
+    normed = torch.zeros_like(flat_r)
+    parts = [last | gain] if mode == "joint" else [last, gain]
+    for part in parts:
+        flat = part.reshape(-1)
+        mean, std = _igpo_stats(flat_r, flat_g, flat)
+        z = (flat_r - mean) / (std + eps) if scale_by_std else flat_r - mean
+        normed = torch.where(flat, z, normed)
+    adv = reward_to_go(normed.reshape(n, t), mask, gamma)
+    return torch.where(mask, adv, torch.zeros_like(adv)).float()
+
+
 def tree_advantages(
     rewards: Tensor,
     trees: Tensor,

@@ -24,6 +24,7 @@ from prm_gym.rewards.combine import CombineConfig
 from prm_gym.training.advantages import (
     batch_std_advantages,
     group_advantages,
+    igpo_advantages,
     spread_to_tokens,
     tree_advantages,
     turn_advantages,
@@ -138,6 +139,13 @@ def compute_advantages(
         for t, (turn, r) in enumerate(zip(traj.turns, proc, strict=True)):
             process[i, t] = r
             tmask[i, t] = bool(valid[i]) and turn.status != "infra_error"
+    stats = {
+        "excluded_trajectories": float((~valid).sum()),
+        "excluded_groups": float(excluded_groups),
+        "infra_error_turns": float(sum(t.status == "infra_error" for tr in trajs for t in tr.turns)),
+    }
+    if cfg.igpo != "off":
+        return _igpo_turn_advantages(trajs, split, outcome, process, tmask, groups, cfg), valid, stats
     turn_adv = turn_advantages(
         out_adv,
         process,
@@ -147,12 +155,28 @@ def compute_advantages(
         process_coef=cfg.process_coef,
         scale_by_std=cfg.scale_by_std,
     )
-    stats = {
-        "excluded_trajectories": float((~valid).sum()),
-        "excluded_groups": float(excluded_groups),
-        "infra_error_turns": float(sum(t.status == "infra_error" for tr in trajs for t in tr.turns)),
-    }
     return turn_adv, valid, stats
+
+
+def _igpo_turn_advantages(
+    trajs: Sequence[Trajectory],
+    split: Sequence[tuple[float, list[float]]],
+    outcome: Tensor,
+    process: Tensor,
+    tmask: Tensor,
+    groups: Tensor,
+    cfg: LossConfig,
+) -> Tensor:
+    """``--loss.igpo``: each turn's whole reward (the outcome return added to the last turn; an episode
+    without an answer, truncated or not terminated, gets ``cfg.igpo_no_answer`` there instead), then
+    :func:`prm_gym.training.advantages.igpo_advantages`."""
+    rewards = process.clone()
+    for i, (traj, (_, proc)) in enumerate(zip(trajs, split, strict=True)):
+        if proc:
+            last = len(proc) - 1
+            answered = traj.terminated and not traj.truncated
+            rewards[i, last] = rewards[i, last] + outcome[i] if answered else cfg.igpo_no_answer
+    return igpo_advantages(rewards, tmask, groups, mode=cfg.igpo, gamma=cfg.gamma, scale_by_std=cfg.scale_by_std)
 
 
 def build_batch(

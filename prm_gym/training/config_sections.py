@@ -103,6 +103,15 @@ class LossConfig:
     max_new_tokens - overlong_buffer loses up to overlong_penalty, linearly (0: off)."""
     overlong_penalty: float = 1.0
     """Largest overlong penalty per turn, reached at max_new_tokens; added to the outcome return."""
+    igpo: Literal["off", "joint", "separate"] = "off"
+    """IGPO's advantages as its authors compute them (Wang et al. 2025; GuoqingWang1/IGPO core_algos.py
+    compute_grpo_outcome_advantage): each turn's reward (information gain; the outcome on the last turn)
+    z-scored in the group, outcomes and gains together (joint) or apart (separate), then summed with
+    discount gamma from each turn on; no separate outcome advantage, and process_coef must stay 1
+    (off: the outcome advantage plus process_coef times the normalised process reward-to-go)."""
+    igpo_no_answer: float = -2.0
+    """With igpo: the outcome of an episode that ended without an answer (truncated, or not
+    terminated), replacing its last turn's reward (the authors' compute_f1 returns -2.0)."""
     prime: bool = False
     """PRIME (Cui et al. 2025): an implicit PRM, initialised from the policy and trained online on the
     outcome labels, gives token rewards; advantages are PRIME's leave-one-out estimate (eq. 5)."""
@@ -122,6 +131,12 @@ class LossConfig:
         check(self.max_grad_norm >= 0, "loss.max_grad_norm", self.max_grad_norm, "use >= 0 (0 disables)")
         check(self.overlong_buffer >= 0, "loss.overlong_buffer", self.overlong_buffer, "use >= 0 (0 disables)")
         check(self.overlong_penalty >= 0, "loss.overlong_penalty", self.overlong_penalty, "use >= 0")
+        check(
+            self.igpo == "off" or self.process_coef == 1.0,
+            "loss.process_coef",
+            self.process_coef,
+            "leave it at 1 with --loss.igpo (IGPO's z-scoring sets the gains' strength; see docs/judges.md)",
+        )
         check(self.prime_beta > 0, "loss.prime_beta", self.prime_beta, "use a value > 0 such as 0.05")
         check(self.prime_lr > 0, "loss.prime_lr", self.prime_lr, "use a learning rate > 0 such as 1e-6")
 
@@ -180,6 +195,13 @@ class TreeConfig:
     """Non-leaf nodes (turns) expanded per round and tree (N), drawn uniformly among the tree's distinct ones."""
     expand_rounds: int = 1
     """Expansion rounds (L); each adds N leaves per tree, so a tree has 1 + N*L leaves."""
+    expand_root: bool = False
+    """Make the root (the bare prompt) an expansion candidate every round, as the authors' code does
+    (AMAP-ML/Tree-GRPO search_r1/llm_agent/tree_node.py:136); off: the root only when a tree has no
+    non-leaf node."""
+    expand_with_replacement: bool = False
+    """Draw the N nodes with replacement, as the authors' code does (tree_node.py:140, random.choices);
+    off: without replacement unless a tree has fewer than N candidates."""
 
     def __post_init__(self) -> None:
         check(self.num_trees >= 1, "tree.num_trees", self.num_trees, "use >= 1")

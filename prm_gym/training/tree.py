@@ -6,8 +6,9 @@ whose three steps this module follows:
 * **Initialization**: per task, ``num_trees`` (M) independent chains ``H ~ pi_theta(. | x)``; each
   is the backbone of one tree, one node per agent turn (thought, action, observation).
 * **Sampling**: per tree, ``expand_nodes`` (N) *non-leaf* nodes drawn uniformly at random among the
-  tree's distinct nodes, from every depth: the tree's first turn (its root node) included, branches
-  added in earlier rounds included, the last turn of an episode (a leaf) excluded.
+  tree's distinct nodes, from every depth: the tree's first turn included, branches added in earlier
+  rounds included, the last turn of an episode (a leaf) excluded; the root (the bare prompt) is
+  included in the authors' code and here with ``TreeConfig.expand_root`` (below).
 * **Expansion**: from a chosen node ``p`` the context root .. ``p`` (``p`` included) is kept and the
   rest ``H_{>=t} ~ pi_theta(. | x, H_{<t})`` is sampled to a leaf and added as a new branch. The env is
   forked (``env.unwrapped.fork()`` replays the kept turns with memoised verdicts) and the episode
@@ -16,10 +17,18 @@ whose three steps this module follows:
 
 In the code a node is named by the *boundary* after it: boundary ``k`` keeps turns ``0..k-1``, so
 the tree's first turn is boundary 1 and the candidates are boundaries ``1..T-1`` of a ``T``-turn
-leaf. Boundary 0 (the bare prompt) is no node of the paper's trees: a branch there would be one more
-independent chain. It is used only when a tree has no non-leaf node at all (every leaf answered in
-one turn), where the paper has nothing to expand; then the tree still gets its N leaves, as fresh
-chains, and says so in ``root_branches``. Leaves are scored with the paper's intra-tree plus
+leaf. Boundary 0 is the tree's root, the bare prompt. The authors' code makes the root a candidate:
+``TreeNode.get_expand_node`` starts its candidate set with the root itself (``candidate_set = [self]``,
+``search_r1/llm_agent/tree_node.py:136`` of AMAP-ML/Tree-GRPO at 90b1709; the root is the prompt node
+built with ``is_root=True`` in ``search_r1/llm_agent/generation_ts.py:575-590``), then draws with
+``random.choices`` (line 140: uniformly, with replacement). ``TreeConfig.expand_root=True`` runs that
+rule: the root is a candidate every round, and a branch drawn there is one more chain from the prompt
+(counted in ``root_branches``). The default (``expand_root=False``, this project's variant, kept
+under its own name) leaves the root out and uses it only when a tree has no non-leaf node at all
+(every leaf answered in one turn); then the tree still gets its N leaves, as fresh chains, counted
+in ``root_branches``. ``TreeConfig.expand_with_replacement=True`` draws with replacement as the
+authors' code does (default: without replacement, unless a tree has fewer than N candidates).
+Leaves are scored with the paper's intra-tree plus
 inter-tree advantages (:func:`prm_gym.training.advantages.tree_advantages`). Works over any
 :class:`prm_gym.envs.base.ToolEnv`.
 """
@@ -57,16 +66,20 @@ def _prefix(traj: Trajectory, k: int) -> Trajectory:
     )
 
 
-def tree_nodes(leaves: Sequence[Trajectory], forked_at: dict[int, int]) -> list[tuple[Trajectory, int]]:
+def tree_nodes(
+    leaves: Sequence[Trajectory], forked_at: dict[int, int], *, root: bool = False
+) -> list[tuple[Trajectory, int]]:
     """The tree's distinct non-leaf nodes as ``(leaf, k)``: the node is turn ``k-1`` of ``leaf``, and
     expanding it keeps turns ``0..k-1`` (the boundary before turn ``k``), as in the paper's expansion.
 
     ``forked_at[id(leaf)]`` is the boundary a leaf was forked at (0 for the root chain); the
     leaf shares turns ``< forked_at`` with its parent, so only its boundaries after the fork are new
-    nodes. ``k`` runs to ``len(turns) - 1``: the last turn is the leaf itself. Boundary 0 (the bare
-    prompt) is no node (a branch there would be an independent chain).
+    nodes. ``k`` runs to ``len(turns) - 1``: the last turn is the leaf itself. Boundary 0 (the root,
+    the bare prompt) is a candidate only with ``root=True`` (the authors' code,
+    ``search_r1/llm_agent/tree_node.py:136``), once, first.
     """
-    return [(leaf, k) for leaf in leaves for k in range(max(1, forked_at[id(leaf)] + 1), len(leaf.turns))]
+    nodes = [(leaf, k) for leaf in leaves for k in range(max(1, forked_at[id(leaf)] + 1), len(leaf.turns))]
+    return [(leaves[0], 0), *nodes] if root and leaves else nodes
 
 
 def _fork_at(root: Any, traj: Trajectory, k: int) -> Any:
@@ -144,22 +157,24 @@ def _expand_round(
     """One round of the paper's Sampling and Expansion: ``cfg.expand_nodes`` branches per tree, all
     sampled in one batched rollout.
 
-    The candidates are the tree's distinct non-leaf nodes (:func:`tree_nodes`), drawn uniformly
-    without replacement (with replacement only when the tree has fewer than N); counting a shared
-    node once per leaf would over-sample the shallow nodes.
+    The candidates are the tree's distinct non-leaf nodes (:func:`tree_nodes`; the root too with
+    ``cfg.expand_root``), drawn uniformly without replacement (with replacement when the tree has
+    fewer than N, or always with ``cfg.expand_with_replacement``, the authors' ``random.choices``);
+    counting a shared node once per leaf would over-sample the shallow nodes.
     """
     forks: list[Any] = []
     prefixes: list[Trajectory] = []
     owners: list[int] = []
     for tree, leaves in enumerate(tree_leaves):
-        # boundaries after turn k-1, before turn k; k >= 1 (k = 0 would be a new chain)
-        nodes = tree_nodes(leaves, forked_at)
-        if not nodes:  # every leaf ended after one turn: no non-leaf node, so fresh chains (counted)
+        # boundaries after turn k-1, before turn k; k = 0 (the root) only with cfg.expand_root
+        nodes = tree_nodes(leaves, forked_at, root=cfg.expand_root)
+        if not nodes:  # every leaf ended after one turn: no non-leaf node, so fresh chains
             nodes = [(leaves[0], 0)]
-            out.root_branches += cfg.expand_nodes
-        picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=len(nodes) < cfg.expand_nodes)
+        replace = cfg.expand_with_replacement or len(nodes) < cfg.expand_nodes
+        picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=replace)
         for p in picks:
             leaf, k = nodes[int(p)]
+            out.root_branches += int(k == 0)  # a branch at the bare prompt: one more chain
             forks.append(_fork_at(bases[tree], leaf, k))
             out.replayed_turns += k
             prefixes.append(_prefix(leaf, k))

@@ -21,9 +21,11 @@ import numpy as np
 import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.rollout import Trajectory, rollout, rollout_episodes
+from prm_gym.core.errors import ConfigError
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.policy_spec import PolicySpec
 from prm_gym.envs.remote import RemoteEnv
+from prm_gym.rewards.info_gain import CURRENT
 from prm_gym.training.config import TreeConfig
 from prm_gym.training.group_judges import defer_group_judges, score_deferred
 from prm_gym.training.tree import sample_trees
@@ -133,6 +135,33 @@ def _forget(policy: Any) -> None:
         forget()
 
 
+def _current_judges(kwargs: dict[str, Any]) -> list[str]:
+    """The judge ids whose ``judge_kwargs`` ask for ``policy="current"``."""
+    judges = kwargs.get("judge_kwargs") or {}
+    return [j for j, kw in judges.items() if isinstance(kw, dict) and kw.get("policy") == CURRENT]
+
+
+def bind_current_policy(kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """``kwargs`` with every judge's ``policy="current"`` replaced by ``policy``, the object this worker
+    samples with: a judge that reads the policy's own belief (IGPO's ``progress/info_gain``, as its
+    authors run it) then reads the weights being trained (in a synchronous in-process run the
+    learner's model itself; otherwise the worker's copy at the version it samples with).
+
+    Raises:
+        ConfigError: a judge asks for ``"current"`` but the policy has no in-process model (vLLM).
+    """
+    names = _current_judges(kwargs)
+    if not names:
+        return kwargs
+    if not (hasattr(policy, "model") and hasattr(policy, "tokenizer")):
+        raise ConfigError(
+            f"judge policy 'current' ({', '.join(names)}) needs an in-process transformers policy (hf:...); "
+            f"this worker samples with {type(policy).__name__}."
+        )
+    judges = {j: ({**kw, "policy": policy} if j in names else kw) for j, kw in kwargs["judge_kwargs"].items()}
+    return {**kwargs, "judge_kwargs": judges}
+
+
 class RolloutWorker:
     """One worker: envs + judges + sandboxes + a policy; plays whole GRPO groups."""
 
@@ -160,8 +189,10 @@ class RolloutWorker:
                 self.spec.env_kwargs if env_id == self.spec.env_id else self.spec.more_envs[env_id]
             )
         if self.spec.env_url:
+            if _current_judges(kwargs):
+                raise ConfigError("judge policy 'current' cannot reach an env server; run the envs in-process.")
             return RemoteEnv(self.spec.env_url, env_id=env_id, env_kwargs=kwargs)
-        return gym.make(env_id, **kwargs)
+        return gym.make(env_id, **bind_current_policy(kwargs, self.policy))
 
     def ping(self) -> int:
         return os.getpid()
