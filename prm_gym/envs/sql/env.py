@@ -12,6 +12,7 @@ from prm_gym.core.tools import Tool
 from prm_gym.envs.base import ToolEnv
 from prm_gym.envs.datasets import file_loader
 from prm_gym.envs.sql.db import Database, DatabaseError, format_result
+from prm_gym.envs.sql.judges import DATABASES
 from prm_gym.envs.sql.open import open_database
 from prm_gym.envs.sql.pg import postgres_tasks
 from prm_gym.envs.sql.pghost import PostgresHost, acquire_host, release_host
@@ -173,6 +174,9 @@ class SQLEnv(ToolEnv):
         except BaseException:
             self._release_pg()
             raise
+        # the judges' process-wide connections (task and neighbour databases) close with the last SQL env
+        DATABASES.acquire()
+        self._holds_suite = True
 
     # ----------------------------------------------------------------- tools
     def list_tables(self) -> str:
@@ -224,13 +228,19 @@ class SQLEnv(ToolEnv):
 
     def close(self) -> None:
         super().close()
+        held, self._holds_suite = getattr(self, "_holds_suite", False), False
+        if held:  # the last SQL env closes the judges' open databases (before a throwaway server stops)
+            DATABASES.release()
         self._release_pg()
 
     def _release_pg(self) -> None:
-        """Give the PostgreSQL host back (the last env using a throwaway server stops it); idempotent."""
+        """Give the PostgreSQL host back (the last env using a throwaway server stops it, and the
+        judges' connections to it are closed); idempotent."""
         host, self._pg = self._pg, None
         if host is not None:
-            release_host(host)
+            dsns = host.agent_dsns()
+            if release_host(host) and dsns:
+                DATABASES.close_connections(dsns.__contains__)
 
     def _database(self) -> Database:
         if self._db is None:

@@ -172,6 +172,12 @@ class PostgresHost:
 
         return make_conninfo(self.admin_dsn, dbname=dbname, user=self.role, password=self._password)
 
+    def agent_dsns(self) -> frozenset[str]:
+        """The agent DSNs of the databases loaded so far (what judges may hold connections to)."""
+        with self._lock:
+            names = list(self._loaded.values())
+        return frozenset(self.agent_dsn(n) for n in names)
+
     def load(self, path: str | Path) -> str:
         """The agent DSN of the SQLite database at ``path``, copied into the server on first use.
 
@@ -253,14 +259,16 @@ def acquire_host(dsn: str | None = None, bin_dir: str | Path | None = None) -> P
         return host
 
 
-def release_host(host: PostgresHost) -> None:
-    """Give back one use of ``host``; the last one closes it (the throwaway server stops)."""
+def release_host(host: PostgresHost) -> bool:
+    """Give back one use of ``host``; the last one closes it (the throwaway server stops).
+    True when this call closed it."""
     with _HOSTS_LOCK:
         for key, entry in list(_HOSTS.items()):
             if entry[0] is host:
                 entry[1] -= 1
                 if entry[1] > 0:
-                    return
+                    return False
                 del _HOSTS[key]
                 break
     host.close()
+    return True

@@ -15,14 +15,20 @@ neighbours (:mod:`prm_gym.envs.sql.neighbours`), Spider's test-suite evaluation:
   0; a failing database is infrastructure.
 
 Connections are opened per thread (SQLite connections are not shared between threads) and at
-most :data:`MAX_OPEN` per thread are kept.
+most :data:`MAX_OPEN` per thread are kept. They are process-wide (:data:`prm_gym.envs.sql.judges.DATABASES`
+serves every SQL judge), and closed with the last user: each SQL env holds the suite from
+``__init__`` to ``close()`` (:meth:`Suite.acquire` / :meth:`Suite.release`), and when the last one
+closes every thread's connections are closed (a thread that uses the suite later opens new ones);
+a throwaway PostgreSQL server's connections are closed when it stops. Judges used with no env
+keep theirs until their thread ends. The result caches hold rows, not connections, and stay.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,29 +155,82 @@ def db_key(meta: Mapping[str, Any]) -> str:
     return str(meta.get("db_dsn") or meta.get("db_path"))
 
 
+class _ThreadDatabases:
+    """One thread's open databases by key; referenced weakly by the suite, so a thread's end frees them."""
+
+    __slots__ = ("__weakref__", "dbs")
+
+    def __init__(self) -> None:
+        self.dbs: dict[str, Database] = {}
+
+
 class Suite:
     """Per-thread open databases, the gold results (they never change) and the recent submitted
-    queries' results (the databases are read-only); both caches bounded by bytes held."""
+    queries' results (the databases are read-only); both caches bounded by bytes held.
+
+    The open databases are closed when the last user (an SQL env) releases the suite; see the
+    module docstring."""
 
     def __init__(self, gold_bytes: int = 256 << 20, recent_bytes: int = 64 << 20) -> None:
         self._local = threading.local()
         self._gold: ByteLRU[tuple[str, str, ResultLimits, int], Gold] = ByteLRU(gold_bytes)
         self._recent: ByteLRU[PredictionKey, Prediction] = ByteLRU(recent_bytes)
+        self._lock = threading.Lock()  # guards the per-thread caches (closed from any thread) and _users
+        self._threads: weakref.WeakSet[_ThreadDatabases] = weakref.WeakSet()
+        self._users = 0
+
+    def acquire(self) -> None:
+        """Count one user (an SQL env) of the suite's connections."""
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        """Give back one use; the last one closes every thread's open databases."""
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            last = self._users == 0
+        if last:
+            self.close_connections()
+
+    def close_connections(self, which: Callable[[str], bool] | None = None) -> int:
+        """Close the open databases of every thread (those whose key ``which`` accepts, if given);
+        a later verdict opens them again. Returns how many were closed.
+
+        A database in use by another thread's verdict at that moment fails it (an infrastructure
+        error), so this runs when no env uses the suite, or on databases whose server has stopped.
+        """
+        closing: list[Database] = []
+        with self._lock:
+            for held in list(self._threads):
+                for key in [k for k in held.dbs if which is None or which(k)]:
+                    closing.append(held.dbs.pop(key))
+        for db in closing:
+            db.close()
+        return len(closing)
 
     def get(self, turn: Turn) -> Database:
         """The turn's own database, open in this thread."""
         return self._open(db_key(turn.task.meta), turn.task.meta, turn)
 
     def _open(self, key: str, meta: Mapping[str, Any], turn: Turn) -> Database:
-        cache: dict[str, Database] = self._local.__dict__.setdefault("dbs", {})
-        if key not in cache:
-            if len(cache) >= MAX_OPEN:
-                cache.pop(next(iter(cache))).close()
+        held: _ThreadDatabases | None = getattr(self._local, "held", None)
+        if held is None:
+            held = self._local.held = _ThreadDatabases()
+            with self._lock:
+                self._threads.add(held)
+        with self._lock:
+            db = held.dbs.get(key)
+            evicted = held.dbs.pop(next(iter(held.dbs))) if db is None and len(held.dbs) >= MAX_OPEN else None
+        if evicted is not None:
+            evicted.close()
+        if db is None:
             try:
-                cache[key] = open_database(meta)
+                db = open_database(meta)
             except InfraError as exc:
                 raise JudgeError(f"task {turn.task.id}: {exc}") from None
-        return cache[key]
+            with self._lock:
+                held.dbs[key] = db
+        return db
 
     def gold(self, turn: Turn, timeout_s: float, limits: ResultLimits, count: int) -> Gold:
         """The gold query's results on the task's database and up to ``count`` neighbours (cached).
