@@ -3,7 +3,9 @@ discounted sum (joint / separate), -2.0 for an episode without an answer, and th
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
 from prm_gym.training.advantages import igpo_advantages
 from prm_gym.training.batch import Grouping, compute_advantages
-from prm_gym.training.config import LossConfig
+from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
 
 # one group: A gains 0.2 then answers (outcome 1.0); B gains -0.1 and 0.3 then answers (outcome 0.0)
 REWARDS = torch.tensor([[0.2, 1.0, 0.0], [-0.1, 0.3, 0.0]], dtype=torch.float64)
@@ -97,3 +99,32 @@ def test_igpo_refuses_a_process_coefficient_it_would_ignore() -> None:
     with pytest.raises(ConfigError, match="process_coef"):
         LossConfig(igpo="joint", process_coef=0.5)
     assert LossConfig(igpo="off", process_coef=0.5).process_coef == 0.5
+
+
+def test_train_agent_runs_igpo_as_its_authors_do_on_search(tmp_path: Path) -> None:
+    """The whole path: prm/Search-v0 with progress/info_gain over the gold span under the weights
+    being trained (``policy="current"``), the outcome on the answer turn, --loss.igpo joint."""
+    from prm_gym.training.metrics import read_metrics
+    from prm_gym.training.trainer import train
+
+    authors = {"policy": "current", "final": "outcome", "belief": "span", "outcome": "f1"}
+    kw = {"num_tasks": 20, "max_turns": 3, "judge_kwargs": {"progress/info_gain": authors}}
+    cfg = TrainConfig(
+        env="prm/Search-v0",
+        env_kwargs=json.dumps(kw),
+        judge="progress/info_gain",
+        group_size=2,
+        tasks_per_step=2,
+        steps=2,
+        output_dir=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+        checkpoint_every=0,
+        device="cpu",
+        sampling=SamplingConfig(max_new_tokens=16),
+        eval=EvalConfig(num_tasks=2, samples=1),
+        loss=LossConfig(micro_batch_size=2, igpo="joint"),
+    )
+    train(cfg)
+    rows = [r for r in read_metrics(tmp_path) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
