@@ -59,9 +59,12 @@ class MathEnv(ToolEnv):
       (:mod:`prm_gym.envs.datasets`); a list of Tasks or of dicts with the same fields; a TaskSet.
     * ``split``: the generator's split, and the split read from a dataset folder holding several.
     * ``num_tasks``, ``task_seed``, ``levels``: the generator's settings (levels 1-4; 5 and 6 are
-      word problems in 42 phrasings needing one, or two to three, calculator calls).
-    * ``templates``: which word-problem phrasings levels 5-6 use: ``"train"`` (30 templates),
-      ``"held_out"`` (12 never trained on) or ``"all"``.
+      word problems in 72 phrasings needing one, or two to three, calculator calls).
+    * ``templates``: which word-problem phrasings levels 5-6 use: ``"train"``, ``"held_out"``
+      (never trained on) or ``"all"``, in the split ``heldout_seed`` picks: None (default) the
+      legacy split, 30 training and 12 held-out templates; an int, 36 training and 36 held-out
+      (each half one-call, half multi-call), which ones rotating with it
+      (:func:`prm_gym.envs.math.words.held_out_ids`).
     * ``judge``: a judge expression; ``max_turns``: the turn budget (default 6).
 
     ## Version History
@@ -77,6 +80,7 @@ class MathEnv(ToolEnv):
         task_seed: int = 0,
         levels: Sequence[int] = (1, 2, 3),
         templates: str = "train",
+        heldout_seed: int | None = None,
         judge: str | JudgeSpec = "rule/math_equiv + 0.1*rule/format + 0.1*rule/tool",
         max_turns: int = 6,
         **kwargs: Any,
@@ -84,7 +88,7 @@ class MathEnv(ToolEnv):
         task_set = as_task_set(
             tasks,
             file_loader("prm/Math-v0", split, load_math_file),
-            lambda: generate_math_tasks(num_tasks, task_seed, split, levels, templates),
+            lambda: generate_math_tasks(num_tasks, task_seed, split, levels, templates, heldout_seed),
             math_record,
         )
         super().__init__(

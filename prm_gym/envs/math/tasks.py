@@ -6,8 +6,9 @@ Generated problems come in four difficulty levels, each with an exact answer:
 2. one- and two-step word problems (change, rates, sharing);
 3. linear equations and fraction sums;
 4. two-equation systems and percentages of quantities;
-5. and 6. word problems in 42 phrasings taking one (5) or two to three (6) calculator calls, with
-   12 templates held out whole (:mod:`prm_gym.envs.math.words`, ``templates=``).
+5. and 6. word problems in 72 phrasings taking one (5) or two to three (6) calculator calls, some
+   held out whole: the legacy 12 of 42, or 36 of 72 rotating with ``heldout_seed``
+   (:mod:`prm_gym.envs.math.words`, ``templates=``).
 
 The generator is pure: the same ``(n, seed, split, levels)`` always gives the same tasks, and
 the ``train`` and ``test`` splits draw from independent streams.
@@ -121,10 +122,17 @@ WORD_LEVELS = (5, 6)
 
 @generated_once()
 def generate_math_tasks(
-    n: int = 1000, seed: int = 0, split: str = "train", levels: Sequence[int] = (1, 2, 3), templates: str = "train"
+    n: int = 1000,
+    seed: int = 0,
+    split: str = "train",
+    levels: Sequence[int] = (1, 2, 3),
+    templates: str = "train",
+    heldout_seed: int | None = None,
 ) -> TaskSet:
     """``n`` generated math problems, levels drawn uniformly from ``levels``; the word-problem
-    levels 5 and 6 draw their phrasings from ``templates`` (``train``, ``held_out`` or ``all``).
+    levels 5 and 6 draw their phrasings from ``templates`` (``train``, ``held_out`` or ``all``) of
+    the split ``heldout_seed`` picks (None: the legacy 12 held out of 42; an int: 36 of 72,
+    rotating with it; :func:`prm_gym.envs.math.words.held_out_ids`).
 
     Generated once per process for each set of arguments and shared (read-only ``meta``).
 
@@ -144,7 +152,7 @@ def generate_math_tasks(
         level = int(levels[int(rng.integers(len(levels)))])
         meta: dict[str, Any] = {"level": level}
         if level in WORD_LEVELS:
-            question, answer, extra = word_problem(rng, level, templates)
+            question, answer, extra = word_problem(rng, level, templates, heldout_seed)
             meta.update(extra)
         else:
             gens = LEVELS[level]

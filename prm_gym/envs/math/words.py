@@ -1,18 +1,29 @@
 """Word problems in many phrasings (prm/Math-v0 levels 5 and 6), with templates held out whole.
 
 Level 5 problems take one calculator call, level 6 problems two or three, each step using the
-previous result. There are 42 templates; :data:`HELD_OUT` names the 12 that a training run never
-sees (``templates="held_out"``), so an evaluation on them measures reading a new phrasing, not
-new numbers in a known one. Their wording differs from every training template, and some use
-operation words (``triple``, ``older``, ``cut into pieces``) that no training template uses.
+previous result. There are 72 templates, 36 of each kind, and two ways to split them:
 
-Each task's ``meta`` holds its ``template`` id, ``held_out`` flag and ``calls``: the calculator
-expressions of a worked solution, ``{r0}``, ``{r1}`` standing for earlier results. The agent
-never sees ``meta``; demonstration writers (``experiments``) use it.
+* the legacy split (``heldout_seed=None``, the default, and every committed ``make learn``
+  result): :data:`HELD_OUT` names the 12 ``h`` templates that a training run never sees
+  (``templates="held_out"``), the 30 ``w`` templates are trained on and the 30 ``p`` templates
+  are not used. The held-out wording differs from every training template, and some use
+  operation words (``triple``, ``older``, ``cut into pieces``) that no training template uses;
+* the rotating split (``heldout_seed=<int>``, :func:`held_out_ids`): 18 one-call and 18
+  multi-call templates of all 72 are held out, drawn afresh for each seed, and the other 36
+  are trained on, so a study over seeds also samples which phrasings are new.
+
+Either way an evaluation on the held-out templates measures reading a new phrasing, not new
+numbers in a known one. Each template yields at least 50 distinct problems.
+
+Each task's ``meta`` holds its ``template`` id, ``held_out`` flag (in the split used) and
+``calls``: the calculator expressions of a worked solution, ``{r0}``, ``{r1}`` standing for
+earlier results. The agent never sees ``meta``; demonstration writers (``experiments``) use it.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -255,17 +266,207 @@ TEMPLATES: tuple[Template, ...] = (
         "a=10-40 b=10-40 s=10-40",
         "c=3*s-a-b",
     ),
+    # the rotating pool only (heldout_seed=): 17 one-call, 13 multi-call; never in the legacy split
+    _t(
+        "p01",
+        "A bakery sold {a} loaves in the morning and {b} in the afternoon. How many loaves did it sell that day?",
+        "{a} + {b}",
+        "a=10-80 b=10-80",
+    ),
+    _t(
+        "p02",
+        "{n} collects {item} and owns {a} so far. The goal is {b}. How many more {item} does {n} need?",
+        "{b} - {a}",
+        "a=5-60 b=70-150",
+    ),
+    _t(
+        "p03",
+        "A parking garage has {a} floors and each floor fits {b} cars. How many cars fit in the garage?",
+        "{a} * {b}",
+        "a=2-12 b=15-60",
+    ),
+    _t("p04", "{a} {item} are packed {b} to a jar. How many jars are filled?", "{a} / {b}", "q=3-25 b=2-12", "a=q*b"),
+    _t(
+        "p05",
+        "It was {a} degrees at noon and the temperature fell by {b} degrees before midnight. "
+        "How warm was it at midnight, in degrees?",
+        "{a} - {b}",
+        "a=30-90 b=2-25",
+    ),
+    _t("p06", "A spider has 8 legs. How many legs do {a} spiders have?", "{a} * 8", "a=3-80"),
+    _t(
+        "p07",
+        "{n} scored {a} points and {n2} scored {b} points. By how many points did {n} win?",
+        "{a} - {b}",
+        "a=50-99 b=10-49",
+    ),
+    _t(
+        "p08",
+        "Every shelf in the library holds {a} books and all {b} shelves are full. How many books are on them?",
+        "{a} * {b}",
+        "a=12-45 b=4-30",
+    ),
+    _t(
+        "p09",
+        "A ribbon {a} metres long is shared equally by {b} friends. How many metres does each friend get?",
+        "{a} / {b}",
+        "q=2-30 b=2-9",
+        "a=q*b",
+    ),
+    _t("p10", "Double {a}. What is the result?", "{a} * 2", "a=11-99"),
+    _t(
+        "p11",
+        "A jar held {a} coins. {n} dropped in {b} more and {n2} dropped in {c}. How many coins are in the jar?",
+        "{a} + {b} + {c}",
+        "a=10-90 b=5-40 c=5-40",
+    ),
+    _t(
+        "p12",
+        "{n} has to drive {a} km and has already covered {b} km. How many km are still to go?",
+        "{a} - {b}",
+        "a=100-600 b=20-99",
+    ),
+    _t("p13", "What is {a} less than {b}?", "{b} - {a}", "a=2-40 b=50-200"),
+    _t(
+        "p14",
+        "A recipe uses {a} grams of flour for one cake. How many grams of flour do {b} cakes use?",
+        "{a} * {b}",
+        "a=40-250 b=2-9",
+    ),
+    _t(
+        "p15",
+        "A plane has {a} seats arranged in rows of {b}. How many rows does it have?",
+        "{a} / {b}",
+        "q=10-40 b=4-9",
+        "a=q*b",
+    ),
+    _t("p16", "Two numbers add up to {a}. One of them is {b}. What is the other one?", "{a} - {b}", "a=50-300 b=10-49"),
+    _t("p17", "How many minutes are there in {a} hours?", "{a} * 60", "a=2-99"),
+    _t(
+        "p18",
+        "{n} bakes {a} trays of {b} muffins and sells {c} of them. How many muffins are left?",
+        "{a} * {b}; {r0} - {c}",
+        "a=2-8 b=6-12 c=1-11",
+    ),
+    _t(
+        "p19",
+        "A bottle holds {a} ml and {n} empties it {b} times a day. How many ml does {n} drink in {c} days?",
+        "{a} * {b}; {r0} * {c}",
+        "a=200-500 b=2-5 c=2-7",
+    ),
+    _t(
+        "p20",
+        "Half of a class of {a} pupils go on a trip, and {b} teachers go with them. How many people go on the trip?",
+        "{a} / 2; {r0} + {b}",
+        "q=6-30 b=1-4",
+        "a=2*q",
+    ),
+    _t(
+        "p21",
+        "{n} had {a} {item}, gave {b} to {n2} and later found {c} more. How many {item} does {n} have?",
+        "{a} - {b}; {r0} + {c}",
+        "a=20-80 b=1-19 c=1-20",
+    ),
+    _t(
+        "p22",
+        "A ticket costs ${a} for an adult and ${b} for a child. What do {c} adults and {d} children pay, in dollars?",
+        "{a} * {c}; {b} * {d}; {r0} + {r1}",
+        "a=10-30 b=4-9 c=1-5 d=1-6",
+    ),
+    _t(
+        "p23",
+        "{n} cycles {a} km on each of the 5 weekdays and {b} km on each of the 2 weekend days. "
+        "How many km is that in a week?",
+        "{a} * 5; {b} * 2; {r0} + {r1}",
+        "a=3-30 b=5-60",
+    ),
+    _t(
+        "p24",
+        "A pizza is cut into {a} slices. {n} orders {b} pizzas and the guests eat {c} slices. "
+        "How many slices are left over?",
+        "{a} * {b}; {r0} - {c}",
+        "a=6-12 b=2-6 c=1-11",
+    ),
+    _t("p25", "Subtract {b} from {a}, then double what you get.", "{a} - {b}; {r0} * 2", "a=50-150 b=5-49"),
+    _t(
+        "p26",
+        "A school buys {a} boxes of {b} crayons and shares them equally among {c} classes. "
+        "How many crayons does each class get?",
+        "{a} * {b}; {r0} / {c}",
+        "q=1-6 c=2-6 b=8-24",
+        "a=c*q",
+    ),
+    _t(
+        "p27",
+        "{n}'s phone plan costs ${a} a month plus a one-off fee of ${b}. What does one year on the plan cost, "
+        "in dollars?",
+        "{a} * 12; {r0} + {b}",
+        "a=10-60 b=20-99",
+    ),
+    _t(
+        "p28",
+        "A warehouse had {a} boxes. A truck took {b} of them away, then {c} vans each delivered {d} boxes. "
+        "How many boxes are in the warehouse now?",
+        "{a} - {b}; {c} * {d}; {r0} + {r1}",
+        "a=100-400 b=10-99 c=2-5 d=10-30",
+    ),
+    _t(
+        "p29",
+        "A square field has sides of {a} m. A second square field has sides {b} m longer. "
+        "What is the perimeter of the second field, in metres?",
+        "{a} + {b}; {r0} * 4",
+        "a=5-60 b=2-20",
+    ),
+    _t(
+        "p30",
+        "{n} shares {a} {item} equally among {b} bags, then takes {c} out of one bag. "
+        "How many {item} are left in that bag?",
+        "{a} / {b}; {r0} - {c}",
+        "q=5-20 b=2-8 c=1-4",
+        "a=q*b",
+    ),
 )
+#: The legacy split (``heldout_seed=None``, every committed ``make learn`` result): the 12 ``h``
+#: templates held out, the 30 ``w`` templates trained on, the ``p`` templates unused.
 HELD_OUT = frozenset(t.id for t in TEMPLATES if t.id.startswith("h"))
-_BY_LEVEL: dict[tuple[int, str], tuple[Template, ...]] = {}
-for _level in (5, 6):
-    for _which in TEMPLATE_SETS:
-        _BY_LEVEL[_level, _which] = tuple(
-            t
-            for t in TEMPLATES
-            if (len(t.calls) == 1) == (_level == 5)
-            and (_which == "all" or (t.id in HELD_OUT) == (_which == "held_out"))
+LEGACY = tuple(t for t in TEMPLATES if t.id[0] in "wh")
+#: The rotating split (``heldout_seed=<int>``) holds out this many one-call and this many multi-call
+#: templates of all of :data:`TEMPLATES` and trains on the rest.
+HELD_OUT_PER_KIND = 18
+
+
+def one_call(t: Template) -> bool:
+    """Whether ``t`` takes one calculator call (level 5) rather than two or three (level 6)."""
+    return len(t.calls) == 1
+
+
+@functools.cache
+def held_out_ids(heldout_seed: int | None = None) -> frozenset[str]:
+    """The held-out template ids: :data:`HELD_OUT` when ``heldout_seed`` is None; otherwise
+    :data:`HELD_OUT_PER_KIND` one-call and as many multi-call templates, those whose
+    ``sha256("<seed>:<id>")`` sorts first within their kind (the same for a seed on any machine
+    and numpy version, a different draw for each seed)."""
+    if heldout_seed is None:
+        return HELD_OUT
+    held: set[str] = set()
+    for kind in (True, False):
+        ids = sorted(
+            (t.id for t in TEMPLATES if one_call(t) == kind),
+            key=lambda i: hashlib.sha256(f"{heldout_seed}:{i}".encode()).hexdigest(),
         )
+        held.update(ids[:HELD_OUT_PER_KIND])
+    return frozenset(held)
+
+
+@functools.cache
+def template_pool(level: int, templates: str, heldout_seed: int | None = None) -> tuple[Template, ...]:
+    """The templates a level-5 (one call) or level-6 problem draws from, in :data:`TEMPLATES` order."""
+    held = held_out_ids(heldout_seed)
+    return tuple(
+        t
+        for t in (LEGACY if heldout_seed is None else TEMPLATES)
+        if one_call(t) == (level == 5) and (templates == "all" or (t.id in held) == (templates == "held_out"))
+    )
 
 
 def _value(expr: str) -> Fraction:
@@ -302,7 +503,7 @@ def _value(expr: str) -> Fraction:
     return total()
 
 
-def _fill(t: Template, rng: np.random.Generator) -> tuple[str, str, dict[str, Any]] | None:
+def _fill(t: Template, rng: np.random.Generator, held: frozenset[str]) -> tuple[str, str, dict[str, Any]] | None:
     """One problem from ``t``, or None when the drawn numbers break a rule (a derived slot or a
     step result that is not a positive whole number)."""
     nums: dict[str, int] = {k: int(rng.integers(lo, hi + 1)) for k, (lo, hi) in t.nums.items()}
@@ -324,7 +525,7 @@ def _fill(t: Template, rng: np.random.Generator) -> tuple[str, str, dict[str, An
     calls = [
         c.format(**{k: str(v) for k, v in nums.items()}, **{f"r{i}": f"{{r{i}}}" for i in range(3)}) for c in t.calls
     ]
-    return question, str(results[-1]), {"template": t.id, "held_out": t.id in HELD_OUT, "calls": calls}
+    return question, str(results[-1]), {"template": t.id, "held_out": t.id in held, "calls": calls}
 
 
 def _sub(expr: str, nums: dict[str, int]) -> str:
@@ -332,18 +533,21 @@ def _sub(expr: str, nums: dict[str, int]) -> str:
     return re.sub(r"[a-z]+", lambda m: str(nums[m.group(0)]), expr)
 
 
-def word_problem(rng: np.random.Generator, level: int, templates: str = "train") -> tuple[str, str, dict[str, Any]]:
-    """A level-5 (one call) or level-6 (two or three calls) problem from the ``templates`` set:
-    ``(question, answer, meta)``.
+def word_problem(
+    rng: np.random.Generator, level: int, templates: str = "train", heldout_seed: int | None = None
+) -> tuple[str, str, dict[str, Any]]:
+    """A level-5 (one call) or level-6 (two or three calls) problem from the ``templates`` set of
+    the split ``heldout_seed`` picks (:func:`held_out_ids`): ``(question, answer, meta)``.
 
     Raises:
         TaskError: unknown template set.
     """
     if templates not in TEMPLATE_SETS:
         raise TaskError(f"templates must be one of {', '.join(TEMPLATE_SETS)}, got {templates!r}.")
-    pool = _BY_LEVEL[level, templates]
+    pool = template_pool(level, templates, heldout_seed)
+    held = held_out_ids(heldout_seed)
     while True:
         t = pool[int(rng.integers(len(pool)))]
-        made = _fill(t, rng)
+        made = _fill(t, rng, held)
         if made is not None:
             return made
