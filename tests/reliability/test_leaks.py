@@ -32,9 +32,12 @@ see docs/reliability.md, "Nothing left behind".
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -56,6 +59,27 @@ CODE_CYCLES = 50
 PG_CYCLES, PG_SLOW_CYCLES = 3, 30
 #: Docker cycles (slow only): each starts containers.
 DOCKER_CYCLES = 20
+#: Set in the fresh process a test marked :func:`alone` runs in.
+ALONE = "PRM_LEAKS_ALONE"
+
+
+def alone(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` in a fresh pytest process that no other test has touched: the SQL judges' open
+    databases are process-wide and closed with the last SQL env, so an env another test of the same
+    worker left open would keep them (a leak of that test, not of this one's cycles)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        if os.environ.get(ALONE) == "1":
+            test(*args, **kwargs)
+            return
+        node = f"{Path(__file__).resolve()}::{test.__name__}"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "slow or not slow", node]
+        proc = subprocess.run(cmd, env={**os.environ, ALONE: "1"}, capture_output=True, text=True, timeout=900)
+        print(proc.stdout[-3000:])
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+    return run
 
 
 def tool_call(name: str, **arguments: Any) -> str:
@@ -221,10 +245,12 @@ def test_search_through_a_retrieval_server_leaves_nothing(private_temp: Path) ->
     _search_server(CYCLES, private_temp)
 
 
+@alone
 def test_sql_sqlite_with_neighbours_leaves_nothing(private_temp: Path) -> None:
     _sql(CYCLES, private_temp)
 
 
+@alone
 def test_the_sql_judges_connections_close_with_the_last_env(private_temp: Path) -> None:
     """The judges' process-wide open databases (task + neighbours) stay while an SQL env is open
     and are closed by the last ``close()``; nothing is held before the first env either."""
@@ -293,6 +319,7 @@ def _pg(n: int, temp: Path) -> None:
     run_cycles("sql (PostgreSQL, throwaway server)", make, _SQL_ACTIONS, n, temp)
 
 
+@alone
 def test_sql_postgres_leaves_nothing(private_temp: Path) -> None:
     _pg(PG_CYCLES, private_temp)
 
@@ -309,6 +336,7 @@ def test_code_bwrap_pool_leaves_nothing_200(private_temp: Path) -> None:
 
 
 @pytest.mark.slow
+@alone
 def test_sql_postgres_leaves_nothing_many(private_temp: Path) -> None:
     _pg(PG_SLOW_CYCLES, private_temp)
 

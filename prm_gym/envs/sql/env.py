@@ -203,6 +203,8 @@ class SQLEnv(ToolEnv):
     # ----------------------------------------------------------------- episode hooks
     def start_episode(self, task: Task) -> None:
         try:
+            if self._pg is not None:  # a throwaway server that died in an earlier episode starts again
+                self._pg.ensure_running()
             self._db, self._db_problem = open_database(task.meta, copy=self.copy_db), ""
         except InfraError as exc:
             self._db, self._db_problem = None, str(exc)

@@ -229,6 +229,16 @@ class PostgresHost:
         finally:
             src.close()
 
+    def ensure_running(self) -> None:
+        """Start the throwaway server again if it died (its databases and roles are kept, so the
+        tasks' DSNs still work); nothing for a DSN's server, which is not ours to start.
+
+        Raises:
+            DatabaseError: it did not start.
+        """
+        if self.server is not None and not self.server.alive:
+            self.server.restart()
+
     def close(self) -> None:
         """Stop the throwaway server, or drop this host's role from the DSN's server."""
         if self.server is not None:

@@ -162,6 +162,31 @@ class PostgresServer:
         except (OSError, ValueError):
             return None
 
+    @property
+    def alive(self) -> bool:
+        """True while the postmaster runs."""
+        pid = self.pid
+        return pid is not None and not process_gone(pid)
+
+    def restart(self) -> None:
+        """Start the server again in its folder after it died (killed, crashed): the same socket,
+        data, roles and databases, so DSNs made before still work. Its orphaned backends are given
+        5 s to notice and exit (then killed) and the stale lock files removed first; nothing is done
+        while it runs.
+
+        Raises:
+            DatabaseError: the server was stopped with :meth:`stop`, or did not start.
+        """
+        with self._lock:
+            if self._stopped:
+                raise DatabaseError("the throwaway PostgreSQL server was stopped; make a new env.")
+            if self.alive:
+                return
+            _end_orphans(self.data, 5.0)
+            for stale in (self.data / "postmaster.pid", self.root / f".s.PGSQL.{PORT}.lock"):
+                stale.unlink(missing_ok=True)
+            self._start()
+
     def stop(self) -> None:
         """Stop the server (fast shutdown, then a kill if it lingers) and remove its folder; idempotent."""
         with self._lock:
@@ -201,6 +226,29 @@ def process_gone(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state in ("Z", "X")
+
+
+def _end_orphans(data: Path, timeout_s: float) -> None:
+    """Wait for the processes of a dead postmaster (they run in its data directory) to exit; kill
+    those left after ``timeout_s``."""
+    where = str(data.resolve())
+
+    def orphans() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.readlink(entry / "cwd") == where and not process_gone(int(entry.name)):
+                        found.append(int(entry.name))
+        return found
+
+    deadline = time.monotonic() + timeout_s
+    while (left := orphans()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        _kill(pid)
+    for pid in left:
+        _wait_gone(pid, 5.0)
 
 
 def _wait_gone(pid: int, timeout_s: float) -> None:

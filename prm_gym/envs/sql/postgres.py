@@ -66,7 +66,12 @@ class PostgresDatabase:
         start = time.perf_counter()
         watchdog = threading.Timer(timeout_s + CANCEL_GRACE_S, self._cancel)
         try:
-            self._conn.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
+            limit = f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"
+            try:
+                self._conn.execute(limit)
+            except psycopg.OperationalError as exc:  # before the agent's query: the server dropped this
+                self._recover(exc)  # connection (it restarted); a new one, or DatabaseError if it is down
+                self._conn.execute(limit)
             watchdog.start()
             with self._conn.cursor(name="prm_query") as cur:
                 cur.execute(sql.encode("utf-8"))
