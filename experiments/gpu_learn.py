@@ -2,7 +2,7 @@
 
 On one H200-class GPU, within ``--budget-s`` (600 s by default) of wall clock in all:
 
-1. ``experiments/learn.py`` (few-shot, SFT, RFT, GRPO on held-out word problems) with larger
+1. ``experiments/learn.py`` (few-shot, SFT, SFT continued, tuned RFT, GRPO on held-out word problems) with larger
    groups and 500 held-out tasks per set, into ``<output-dir>/learn`` (its ``summary.json`` and
    ``summary.md``);
 2. ``benchmarks/bench_trl_step.py --sides ours``: our GRPO step on prm/Math-v0 from the learn

@@ -11,10 +11,24 @@ calculator calls each; 12 phrasings held out whole, :mod:`prm_gym.envs.math.word
 2. **sft**: cross-entropy on correct demonstrations only (every one calls the calculator for each
    step and answers the last result), checkpointed every ``--sft-every`` steps; the checkpoint
    with the best greedy success on validation tasks (training phrasings, validation split) is kept.
-3. **rft**: rejection-sampling fine-tuning on the sft policy's own successes, from the very
-   episodes GRPO plays (its tasks and reset seeds, step by step: the compute-matched
-   alternative), distinct successes only, then the same cross-entropy from the sft checkpoint.
-4. **grpo**: GRPO from the sft checkpoint through the one training loop (outcome + format + tool terms).
+3. **sft_cont** (SFT continued, GRPO's control: the same number of extra updates without RL): from
+   the sft checkpoint, the same cross-entropy on the same demonstrations at SFT's learning rate
+   (constant, a fresh AdamW, as GRPO starts one), for GRPO's number of optimizer steps (``--steps``:
+   one learner update a step), ``--sft-continued-batch`` demonstrations a step (default GRPO's
+   ``--tasks-per-step`` x ``--group-size`` episodes a step: the same sequences, about the same
+   trained tokens). Like GRPO, its last model is scored (no validation selection).
+4. **rft**: rejection-sampling fine-tuning (tuned). The sft policy plays the very episodes GRPO plays
+   (its tasks and reset seeds, step by step: the compute-matched alternative); every success is
+   kept with its multiplicity (a task solved k times weighs k; :func:`rft_successes`); then
+   cross-entropy from the sft checkpoint at each learning rate of ``--rft-lrs``, ``--rft-max-steps``
+   steps (default GRPO's), validated every ``--rft-every`` steps and at the end: the checkpoint with
+   the best greedy validation success over the grid and the steps is kept (:func:`tune_on_validation`).
+   ``--rft-rounds 2`` plays GRPO's episodes again with that model and fine-tunes it once more at the
+   chosen rate, kept only if validation improves (default 1 round: make learn's time).
+5. **grpo**: GRPO from the sft checkpoint through the one training loop (outcome + format + tool terms).
+   Each step's groups that carry a signal (a non-zero advantage) are counted (``groups/informative``
+   of ``groups/trained`` in ``grpo/run/metrics.jsonl``, totals in ``phases.json`` and ``summary.md``);
+   ``--dynamic-sampling drop|resample`` turns on DAPO's dynamic sampling (the trainer's recipe).
 
 Each model is scored on two held-out sets of ``--eval-tasks`` test-split problems: **numbers**
 (training phrasings, new numbers) and **templates** (the 12 held-out phrasings), greedy and sampled
@@ -39,7 +53,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +71,10 @@ from prm_gym.core.memory import map_large_allocations, release
 from prm_gym.core.models import load_hf
 from prm_gym.core.policy import SamplingParams
 from prm_gym.core.seams import trainer_env
-from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from prm_gym.training.config import EvalConfig, LossConfig, RecipeConfig, SamplingConfig, TrainConfig
+from prm_gym.training.metrics import read_metrics
 from prm_gym.training.sft import Demonstration, record, sft, tool_result
+from prm_gym.training.trainer import train
 
 EXAMPLE = """
 
@@ -79,6 +95,9 @@ SYSTEM = DEFAULT_SYSTEM + EXAMPLE
 def env_kwargs(args: argparse.Namespace, which: str = "train") -> dict[str, Any]:
     """prm/Math-v0's arguments: ``train`` (training phrasings), ``validation``, or a held-out set."""
     base: dict[str, Any] = {"levels": [5, 6], "max_turns": args.max_turns}
+    held = getattr(args, "heldout_seed", None)
+    if held is not None:  # the rotating split (36 of 72 templates held out) for every set; None: the legacy 12 of 42
+        base["heldout_seed"] = args.seed if held == "seed" else held
     if which == "train":
         return {**base, "templates": "train", "num_tasks": args.train_tasks}
     if which == "validation":
@@ -259,55 +278,172 @@ def grpo_episodes(cfg: TrainConfig, train_ids: dict[str, list[str]]) -> list[tup
     ]
 
 
-def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Play the episodes GRPO plays (its tasks and episode seeds, step by step) with the sft policy,
-    keep the distinct successes, fine-tune on them."""
+def phase_sft_continued(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """GRPO's control: SFT continued from the sft checkpoint for GRPO's optimizer steps, saved to
+    ``sft_cont/model``. The same demonstrations and loss as SFT at SFT's (constant) learning rate, a
+    fresh AdamW (GRPO starts one too), another draw of batches (seed + 1); ``--steps`` steps (GRPO
+    takes one learner update a step) of ``--sft-continued-batch`` demonstrations (default GRPO's
+    episodes a step: the same sequences per update as GRPO, and about its trained tokens, since a
+    demonstration's assistant tokens are about a GRPO episode's generated ones)."""
     model, tok = load(f"hf:{out / 'sft' / 'model'}", args)
+    demos = demonstrations(chat_for(tok), args)
+    batch = args.sft_continued_batch or args.tasks_per_step * args.group_size
+    loss = sft(
+        model,
+        demos,
+        args.steps,
+        args.sft_lr,
+        batch,
+        args.seed + 1,
+        args.precision == "bf16",
+        recompute=args.activation_checkpointing,
+    )
+    save_model(model, tok, out / "sft_cont" / "model")
+    per_demo = sum(sum(m) for _, m in demos) / max(len(demos), 1)
+    print(f"SFT continued: {args.steps} steps of {batch} demonstrations (GRPO's updates), final loss {loss:.3f}")
+    return {
+        "steps": args.steps,
+        "batch": batch,
+        "lr": args.sft_lr,
+        "sequences": args.steps * batch,
+        "assistant_tokens_expected": round(args.steps * batch * per_demo),
+        "grpo_episodes": args.steps * args.tasks_per_step * args.group_size,
+        "device": model_device(model),
+    }
+
+
+def rft_successes(trajs: Iterable[Trajectory]) -> list[Trajectory]:
+    """RFT's training set: every successful episode, in order, duplicates kept (a task solved the
+    same way k times weighs k in the fine-tuning draw, as rejection sampling keeps them)."""
+    return [t for t in trajs if solved(t)]
+
+
+def validation_success(model: Any, tok: Any, args: argparse.Namespace) -> float:
+    """Greedy strict success on the validation tasks (training phrasings, validation split)."""
+    return rate(play(model, tok, args, "validation", 0.0, args.seed), "strict")[0]
+
+
+def tune_on_validation(
+    start: str,
+    demos: Sequence[Demonstration],
+    lrs: Sequence[float],
+    steps: int,
+    save_to: Path,
+    args: argparse.Namespace,
+    floor: float = -1.0,
+    validate: Callable[[Any, Any, argparse.Namespace], float] | None = None,
+) -> dict[str, Any]:
+    """Fine-tune a fresh copy of ``start`` on ``demos`` at each learning rate of ``lrs``; score every
+    ``--rft-every`` steps and after the last on validation; save the best checkpoint over the grid
+    and the steps to ``save_to`` (ties: the first). Only a score above ``floor`` is saved. ``validate``
+    (default :func:`validation_success`) scores a model.
+
+    Returns:
+        ``{"lr", "step", "val_success"}`` of the kept checkpoint (``lr`` None when none beat
+        ``floor``) and ``"history"``, every score.
+    """
+    score = validate or validation_success
+    best: dict[str, Any] = {"lr": None, "step": None, "val_success": floor}
+    history: list[dict[str, Any]] = []
+    for lr in lrs:
+        model, tok = load(start, args)
+
+        def checkpoint(step: int, lr: float = lr, model: Any = model, tok: Any = tok) -> None:
+            p = score(model, tok, args)
+            history.append({"lr": lr, "step": step, "val_success": p})
+            print(f"RFT lr {lr:g} step {step}: validation success {p:.1%} (greedy)", flush=True)
+            if p > best["val_success"]:
+                best.update(lr=lr, step=step, val_success=p)
+                save_model(model, tok, save_to)
+
+        every = args.rft_every if 0 < args.rft_every < steps else 0
+        sft(
+            model,
+            list(demos),
+            steps,
+            lr,
+            args.sft_batch,
+            args.seed,
+            args.precision == "bf16",
+            every=every,
+            checkpoint=checkpoint,
+            recompute=args.activation_checkpointing,
+        )
+        if not history or history[-1]["step"] != steps or history[-1]["lr"] != lr:
+            checkpoint(steps)
+        del model
+        release()
+    return {**best, "history": history}
+
+
+def play_grpo_episodes(model: Any, tok: Any, out: Path, args: argparse.Namespace, seed: int) -> list[Trajectory]:
+    """The episodes GRPO plays (its tasks and reset seeds, step by step), played by ``model`` at temperature 1."""
     chat = chat_for(tok)
     make = lambda: gym.make("prm/Math-v0", **env_kwargs(args))  # noqa: E731
     probe = make()
     train_ids = {"prm/Math-v0": list(trainer_env(probe).tasks.ids)}
     probe.close()
     episodes_of = grpo_episodes(grpo_config(out, args), train_ids)
-    policy = HFPolicy(model, tok, seed=args.seed + 1, sample_dtype="bfloat16" if args.precision == "bf16" else None)
+    policy = HFPolicy(model, tok, seed=seed, sample_dtype="bfloat16" if args.precision == "bf16" else None)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
     width = args.group_size * 4
     envs = [make() for _ in range(width)]
-    kept: dict[tuple[int, ...], Trajectory] = {}  # distinct successes, by their token ids
-    episodes = 0
+    trajs: list[Trajectory] = []
     for lo in range(0, len(episodes_of), width):
-        trajs = rollout_episodes(envs, policy, chat, episodes_of[lo : lo + width], params, max_context_tokens=2048)
-        episodes += len(trajs)
-        kept.update((tuple(t.token_ids), t) for t in trajs if solved(t))
+        trajs += rollout_episodes(envs, policy, chat, episodes_of[lo : lo + width], params, max_context_tokens=2048)
     for env in envs:
         env.close()
     del policy  # its bf16 copy and kept KV caches are not needed to fine-tune
     release()
-    steps = min(args.rft_max_steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
-    by_calls = dict(sorted(Counter(tool_calls(t.turns) for t in kept.values()).items()))
-    print(
-        f"RFT: {episodes} episodes, {len(kept)} distinct successes (by calls: {by_calls}), {steps} fine-tuning steps",
-        flush=True,
-    )
-    if steps:
-        bf16 = args.precision == "bf16"
-        sft(
-            model,
-            [(list(t.token_ids), [int(m) for m in t.loss_mask]) for t in kept.values()],
-            steps,
-            args.sft_lr,
-            args.sft_batch,
-            args.seed,
-            bf16,
-            recompute=args.activation_checkpointing,
+    return trajs
+
+
+def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Tuned rejection-sampling fine-tuning: the sft policy plays GRPO's episodes, every success is
+    kept with its multiplicity, and the learning rate (``--rft-lrs``) and checkpoint are chosen on
+    validation (:func:`tune_on_validation`); ``--rft-rounds`` 2 repeats from the kept model."""
+    start = f"hf:{out / 'sft' / 'model'}"
+    save_to = out / "rft" / "model"
+    rounds: list[dict[str, Any]] = []
+    lrs: Sequence[float] = args.rft_lrs
+    best, device = -1.0, args.device
+    for r in range(args.rft_rounds):
+        model, tok = load(start, args)
+        device = model_device(model)
+        trajs = play_grpo_episodes(model, tok, out, args, seed=args.seed + 1 + 100 * r)
+        del model
+        release()
+        kept = rft_successes(trajs)
+        distinct = len({tuple(t.token_ids) for t in kept})
+        steps = min(args.rft_max_steps or args.steps, math.ceil(args.rft_epochs * len(kept) / args.sft_batch))
+        by_calls = dict(sorted(Counter(tool_calls(t.turns) for t in kept).items()))
+        print(
+            f"RFT round {r + 1}: {len(trajs)} episodes, {len(kept)} successes kept with multiplicity ({distinct} "
+            f"distinct; by calls: {by_calls}), {steps} fine-tuning steps at each lr of {list(lrs)}",
+            flush=True,
         )
-    save_model(model, tok, out / "rft" / "model")
+        info: dict[str, Any] = {"episodes": len(trajs), "successes": len(kept), "distinct": distinct}
+        info |= {"steps": steps, "successes_by_calls": by_calls}
+        if steps:
+            demos = [(list(t.token_ids), [int(m) for m in t.loss_mask]) for t in kept]
+            info |= tune_on_validation(start, demos, lrs, steps, save_to, args, floor=best)
+        rounds.append(info)
+        if info.get("lr") is None:  # no successes, or no checkpoint beat the previous round's
+            break
+        best, start, lrs = info["val_success"], f"hf:{save_to}", [info["lr"]]  # round 2: the chosen rate
+    if not save_to.exists():  # nothing to fine-tune on: the sft model stands for RFT
+        model, tok = load(f"hf:{out / 'sft' / 'model'}", args)
+        save_model(model, tok, save_to)
+    kept_round = max((i for i, x in enumerate(rounds) if x.get("lr") is not None), default=None)
+    chosen = rounds[kept_round] if kept_round is not None else {}
     return {
-        "episodes": episodes,
-        "successes": len(kept),
-        "steps": steps,
-        "successes_by_calls": by_calls,
-        "device": model_device(model),
+        **{k: rounds[0][k] for k in ("episodes", "successes", "distinct", "steps", "successes_by_calls")},
+        "lr": chosen.get("lr"),
+        "best_step": chosen.get("step"),
+        "best_val_success": chosen.get("val_success"),
+        "round": None if kept_round is None else kept_round + 1,
+        "rounds": rounds,
+        "device": device,
     }
 
 
@@ -331,6 +467,7 @@ def grpo_config(out: Path, args: argparse.Namespace) -> TrainConfig:
         tensorboard=False,
         sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, max_context_tokens=2048),
         loss=LossConfig(micro_batch_size=args.micro_batch, activation_checkpointing=args.activation_checkpointing),
+        recipes=RecipeConfig(dynamic_sampling=args.dynamic_sampling),
         eval=EvalConfig(
             env_kwargs=json.dumps(env_kwargs(args, "templates")),
             num_tasks=32,
@@ -341,14 +478,39 @@ def grpo_config(out: Path, args: argparse.Namespace) -> TrainConfig:
     )
 
 
-def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from prm_gym.training.trainer import train
+def informative_groups(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """GRPO's groups with a signal, from its metrics rows (the last row of each step counts, as a
+    resumed run logs a step again): per step, in all, and DAPO's dropped groups when it ran."""
+    by_step = {int(r["step"]): r for r in rows if "groups/informative" in r}
+    steps = sorted(by_step)
+    per_step = [int(by_step[s]["groups/informative"]) for s in steps]
+    trained = [int(by_step[s]["groups/trained"]) for s in steps]
+    out: dict[str, Any] = {"per_step": per_step, "trained_per_step": trained}
+    out |= {"informative": sum(per_step), "trained": sum(trained), "share": sum(per_step) / max(sum(trained), 1)}
+    if any("dynamic/dropped_groups" in by_step[s] for s in steps):
+        out["dropped_per_step"] = [int(by_step[s].get("dynamic/dropped_groups", 0)) for s in steps]
+    return out
 
+
+def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     cfg = grpo_config(out, args)
-    run = train(cfg)
+    run = train(cfg)  # every step logs groups/informative of groups/trained (the trainer's collector)
     save_model(run.policy.model, run.policy.tokenizer, out / "grpo" / "model")
     episodes = args.steps * args.tasks_per_step * args.group_size
-    return {"steps": args.steps, "episodes": episodes, "device": model_device(run.policy.model)}
+    groups = informative_groups(read_metrics(cfg.output_dir))
+    dropped = f", DAPO dropped {sum(groups['dropped_per_step'])}" if "dropped_per_step" in groups else ""
+    print(
+        f"GRPO: {groups['informative']} of {groups['trained']} trained groups carried a signal (non-zero "
+        f"advantage){dropped}; per step {groups['per_step']}",
+        flush=True,
+    )
+    return {
+        "steps": args.steps,
+        "episodes": episodes,
+        "dynamic_sampling": args.dynamic_sampling,
+        "informative_groups": groups,
+        "device": model_device(run.policy.model),
+    }
 
 
 def evaluate_all(
@@ -411,9 +573,11 @@ def summarise(
         "| clustered s.e. (G) | 95% interval | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for other in ("sft", "rft"):
+    for other in ("sft", "sft_cont", "rft"):  # sft_cont: GRPO's control (absent from runs before it)
         for s in SETS:
             for m in MODES:
+                if f"{other}-{s}-{m}" not in results:
+                    continue
                 c = paired(results[f"{other}-{s}-{m}"], results[f"grpo-{s}-{m}"])
                 comparisons[f"grpo-vs-{other}-{s}-{m}"] = c
                 k = c["clustered"]
@@ -426,6 +590,14 @@ def summarise(
                     f"| {other} | {s} | {m} | {c['diff']:+.1%} | {c['se']:.1%} | {c['z']:+.1f} | "
                     f"{c['b_only']} / {c['a_only']} | {tail} |"
                 )
+    groups = phases.get("grpo", {}).get("informative_groups")
+    if groups:
+        lines += [
+            "",
+            f"GRPO's groups with a signal (non-zero advantage): {groups['informative']} of {groups['trained']} "
+            f"trained ({groups['share']:.0%}); per step {groups['per_step']}"
+            + (f"; DAPO dropped per step {groups['dropped_per_step']}" if "dropped_per_step" in groups else ""),
+        ]
     summary = {"device": device, "table": table, "paired": comparisons, "phases": phases}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "summary.md").write_text("\n".join(lines) + "\n")
@@ -441,16 +613,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-tasks", type=int, default=4000)
     p.add_argument("--val-tasks", type=int, default=48)
     p.add_argument("--eval-tasks", type=int, default=200, help="tasks in each held-out set")
+    p.add_argument(
+        "--heldout-seed",
+        type=lambda v: v if v == "seed" else int(v),
+        default=None,
+        help="rotate the held-out templates: 36 of 72 (half multi-call) drawn by this integer, or 'seed' for "
+        "--seed's value; default: the legacy 12 of 42 of every committed result (--eval-tasks 1800: ~50 a template)",
+    )
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--demos", type=int, default=400)
     p.add_argument("--sft-steps", type=int, default=60)
     p.add_argument("--sft-every", type=int, default=20, help="validate and keep the best checkpoint this often")
     p.add_argument("--sft-lr", type=float, default=5e-5)
     p.add_argument("--sft-batch", type=int, default=8)
-    p.add_argument("--rft-epochs", type=float, default=2.0, help="passes over RFT's kept successes")
-    p.add_argument("--rft-max-steps", type=int, default=120)
+    p.add_argument(
+        "--sft-continued-batch",
+        type=int,
+        default=0,
+        help="demonstrations a step of the SFT-continued control (--steps steps); 0: GRPO's episodes a step",
+    )
+    p.add_argument("--rft-epochs", type=float, default=2.0, help="passes over RFT's kept successes (capped below)")
+    p.add_argument("--rft-max-steps", type=int, default=0, help="RFT's fine-tuning steps at most; 0: GRPO's --steps")
+    p.add_argument(
+        "--rft-lrs",
+        type=float,
+        nargs="+",
+        default=[1.5e-5, 5e-5, 1.5e-4],
+        help="RFT's learning-rate grid; the checkpoint with the best validation success is kept",
+    )
+    p.add_argument("--rft-every", type=int, default=8, help="validate RFT every this many steps (and after the last)")
+    p.add_argument(
+        "--rft-rounds",
+        type=int,
+        choices=[1, 2],
+        default=1,
+        help="2: play GRPO's episodes again with the kept RFT model and fine-tune it once more at the chosen rate",
+    )
     p.add_argument("--steps", type=int, default=16, help="GRPO steps")
     p.add_argument("--lr", type=float, default=3e-6)
+    p.add_argument(
+        "--dynamic-sampling",
+        choices=["off", "drop", "resample"],
+        default="off",
+        help="DAPO's dynamic sampling for GRPO (--recipes.dynamic-sampling): drop groups without a signal, or "
+        "draw new tasks until a step has --tasks-per-step groups with one; the count is logged either way",
+    )
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--tasks-per-step", type=int, default=4)
     p.add_argument("--micro-batch", type=int, default=8)
@@ -492,7 +699,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     phases: dict[str, Any] = json.loads((out / "phases.json").read_text()) if (out / "phases.json").exists() else {}
-    steps = (("sft", phase_sft), ("rft", phase_rft), ("grpo", phase_grpo))
+    steps = (("sft", phase_sft), ("sft_cont", phase_sft_continued), ("rft", phase_rft), ("grpo", phase_grpo))
     for name, fn in steps:
         if name in phases and (out / name / "model").exists():
             continue

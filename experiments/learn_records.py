@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MODELS = ("fewshot", "sft", "rft", "grpo")
+MODELS = ("fewshot", "sft", "sft_cont", "rft", "grpo")
+"""The arms; ``sft_cont`` (SFT continued for GRPO's updates, its control) is absent from runs before it."""
 SETS = ("numbers", "templates")
 MODES = ("greedy", "sampled")
 

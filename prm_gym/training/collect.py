@@ -141,7 +141,10 @@ class StepCollector:
         if self.tracker is not None:
             stats.update(self.tracker.stats())
         stats.update(survived.as_metrics())
-        return Collected(kept[: cfg.tasks_per_step] or last, stats)
+        units = kept[: cfg.tasks_per_step] or last
+        informative = sum(not is_degenerate(u, cfg.loss, self.combine, self.max_new_tokens) for u in units)
+        stats.update({"groups/informative": float(informative), "groups/trained": float(len(units))})  # carry a signal
+        return Collected(units, stats)
 
     def _pick(self, step: int, rounds: int, rng: np.random.Generator) -> list[tuple[str, str, int]]:
         n = self.cfg.tasks_per_step

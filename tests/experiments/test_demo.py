@@ -31,9 +31,61 @@ def test_compact_tools_prompt_is_short_and_names_the_tool(tiny_tokenizer: Any) -
         ChatTemplate(tiny_tokenizer, tools_block="tiny")
 
 
-def test_demonstrations_replay_to_their_rewards_in_the_real_env(tiny_tokenizer: Any) -> None:
+def _assistant_spans(tokens: list[int], mask: list[int]) -> list[list[int]]:
+    spans, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        if not m and start is not None:
+            spans.append(tokens[start:i])
+            start = None
+    return spans
+
+
+@pytest.mark.parametrize("levels", [(1,), (1, 2)])
+def test_the_demos_demonstrations_never_guess_by_default(tiny_tokenizer: Any, levels: tuple[int, ...]) -> None:
+    """make demo's warm start (issue 44, item 5): every demonstration calls the calculator with the
+    task's expression and answers its result, which the env judges correct; none plants a guess."""
+    from experiments.demo import env_kwargs, parse_args
+
+    assert parse_args([]).tool_fraction == 1.0
     chat = ChatTemplate(tiny_tokenizer, tools_block="compact")
-    demos = demonstrations(chat, 12, seed=3)
+    demos = demonstrations(chat, 24, seed=0, levels=levels)
+    env = gym.make("prm/Math-v0", **env_kwargs(levels))
+    tasks = getattr(env.unwrapped, "tasks")  # noqa: B009
+    ids = list(tasks.ids)
+    assert len(demos) == 24
+    for k, (tokens, mask) in enumerate(demos):
+        first, last = [tiny_tokenizer.decode(s, skip_special_tokens=True) for s in _assistant_spans(tokens, mask)]
+        assert first.startswith("<tool_call>") and '"calculator"' in first
+        assert last == f"<answer>{tasks.get(ids[k % len(ids)]).answer}</answer>"
+
+
+def test_a_planted_guess_says_so_in_one_line() -> None:
+    from experiments.demo import PLANTED
+
+    line = PLANTED.format(share=0.5, fraction=0.5)
+    assert "\n" not in line and "repair of that planted defect" in line and "50%" in line
+
+
+def test_grpo_minus_sft_is_paired_per_task_with_a_t_interval() -> None:
+    from experiments.demo import gain_line, paired_gain
+
+    sft: list[dict[str, Any]] = [{"task_id": str(i), "success": float(i < 5)} for i in range(10)]
+    grpo: list[dict[str, Any]] = [{"task_id": str(i), "success": float(2 <= i < 9)} for i in range(10)]
+    gain = paired_gain(sft, grpo)
+    assert gain["mean"] == pytest.approx(0.2) and gain["df"] == 9 and gain["unit"] == "task"
+    assert gain["lo"] < 0 < gain["hi"] and gain["verdict"] == "no detectable difference"
+    assert gain_line(gain).startswith("GRPO minus SFT: +20.0 points, 95% interval [")
+    templated = [{**r, "template": f"t{int(r['task_id']) % 3}"} for r in grpo]
+    assert paired_gain([{**r, "template": f"t{int(r['task_id']) % 3}"} for r in sft], templated)["df"] == 2
+    with pytest.raises(ValueError, match="different tasks"):
+        paired_gain(sft, grpo[:5])
+
+
+def test_planted_demonstrations_replay_to_their_rewards_in_the_real_env(tiny_tokenizer: Any) -> None:
+    chat = ChatTemplate(tiny_tokenizer, tools_block="compact")
+    demos = demonstrations(chat, 12, seed=3, tool_fraction=0.5)
     env = gym.make("prm/Math-v0", **ENV_KWARGS)
     ids = list(getattr(env.unwrapped, "tasks").ids)  # noqa: B009
     tool_demos = 0
@@ -42,14 +94,7 @@ def test_demonstrations_replay_to_their_rewards_in_the_real_env(tiny_tokenizer: 
         obs, info = env.reset(seed=k, options={"task_id": ids[k % len(ids)]})
         prompt = chat.prompt_ids(obs, info["tools"])
         assert tokens[: len(prompt)] == prompt and not any(mask[: len(prompt)])
-        # replay the trained (assistant) spans through a fresh env
-        spans, start = [], None
-        for i, m in enumerate([*mask, 0]):
-            if m and start is None:
-                start = i
-            if not m and start is not None:
-                spans.append(tokens[start:i])
-                start = None
+        spans = _assistant_spans(tokens, mask)  # replayed through a fresh env
         reward = 0.0
         for span in spans:
             obs, r, term, trunc, _ = env.step(tiny_tokenizer.decode(span, skip_special_tokens=True))

@@ -165,3 +165,130 @@ def test_summary_clusters_by_template_and_says_gain_only_where_the_interval_excl
     md = (tmp_path / "summary.md").read_text()
     assert "| sft | templates | greedy | +7.5% | 2.1% | +3.5 | 17 / 2 | 5.4% (12) | [-4.4%, +19.4%], t(11) |" in md
     assert summary["table"]["grpo-templates-greedy"]["strict_clustered"]["clusters"] == 12
+
+
+def _solved(tokens: list[int], outcome: float = 1.0) -> Trajectory:
+    traj = Trajectory(task_id="t", prompt="p")
+    traj.turns = [TurnRecord("<answer>1</answer>", "", outcome, {"outcome": outcome}, "ok", 0, 0, {})]
+    traj.token_ids, traj.loss_mask = list(tokens), [1] * len(tokens)
+    return traj
+
+
+def test_rft_keeps_every_success_with_its_multiplicity(study: ModuleType) -> None:
+    """Issue 44, item 3: a task solved the same way three times weighs three in RFT's data (the old
+    recipe kept distinct successes only)."""
+    same = [_solved([1, 2, 3]) for _ in range(3)]
+    failed = _solved([1, 2, 4], outcome=0.0)
+    other = _solved([5, 6])
+    kept = study.rft_successes([same[0], failed, same[1], other, same[2]])
+    assert kept == [same[0], same[1], other, same[2]]
+    assert [tuple(t.token_ids) for t in kept].count((1, 2, 3)) == 3
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.lr = 0.0
+        self.steps = 0
+
+
+def _fake_learner(study: ModuleType, monkeypatch: pytest.MonkeyPatch, saved: list[tuple[float, int]]) -> None:
+    """``load`` gives a fresh fake model, ``sft`` records its lr and steps and checkpoints like the real one,
+    ``save_model`` records which (lr, step) was saved."""
+
+    def fake_sft(model: Any, demos: Any, steps: int, lr: float, *_: Any, every: int = 0, checkpoint: Any = None,
+                 **__: Any) -> float:  # fmt: skip
+        model.lr = lr
+        for step in range(steps):
+            model.steps = step + 1
+            if checkpoint is not None and every and (step + 1) % every == 0:
+                checkpoint(step + 1)
+        return 0.0
+
+    monkeypatch.setattr(study, "load", lambda *_: (_Model(), None))
+    monkeypatch.setattr(study, "sft", fake_sft)
+    monkeypatch.setattr(study, "save_model", lambda model, tok, path: saved.append((model.lr, model.steps)))
+    monkeypatch.setattr(study, "model_device", lambda model: "cpu")
+
+
+def test_rft_learning_rate_grid_keeps_the_best_validation_checkpoint(
+    study: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The grid picks the (lr, step) with the best validation score over every lr and step, saves
+    that checkpoint, validates after the last step too, and keeps the first of a tie."""
+    args = study.parse_args(["--output-dir", str(tmp_path), "--rft-every", "4"])
+    saved: list[tuple[float, int]] = []
+    _fake_learner(study, monkeypatch, saved)
+    scores = {(1e-5, 4): 0.5, (1e-5, 6): 0.6, (3e-5, 4): 0.8, (3e-5, 6): 0.7, (1e-4, 4): 0.8, (1e-4, 6): 0.1}
+    result = study.tune_on_validation(
+        "hf:x", [([1], [1])], [1e-5, 3e-5, 1e-4], 6, tmp_path / "m", args,
+        validate=lambda model, tok, _: scores[(model.lr, model.steps)],
+    )  # fmt: skip
+    assert (result["lr"], result["step"], result["val_success"]) == (3e-5, 4, 0.8)
+    assert saved[-1] == (3e-5, 4) and (1e-4, 4) not in saved  # the tie does not replace the first
+    assert [(h["lr"], h["step"]) for h in result["history"]] == list(scores)
+    floor = study.tune_on_validation(
+        "hf:x", [([1], [1])], [1e-5], 6, tmp_path / "m", args, floor=0.9, validate=lambda *_: 0.8
+    )
+    assert floor["lr"] is None and len(saved) == 3  # nothing beat the floor: nothing saved
+
+
+def test_rft_phase_tunes_on_multiplicity_and_a_second_round_keeps_the_better(
+    study: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    args = study.parse_args(["--output-dir", str(tmp_path), "--rft-rounds", "2", "--rft-lrs", "1e-5", "2e-5"])
+    saved: list[tuple[float, int]] = []
+    _fake_learner(study, monkeypatch, saved)
+    played: list[int] = []
+
+    def fake_play(model: Any, tok: Any, out: Path, args: Any, seed: int) -> list[Trajectory]:
+        played.append(seed)
+        return [_solved([1, 2]) for _ in range(12)] + [_solved([3], outcome=0.0) for _ in range(4)]
+
+    monkeypatch.setattr(study, "play_grpo_episodes", fake_play)
+    val = iter([0.5, 0.7, 0.75])  # round 1: lr 1e-5, lr 2e-5; round 2 at 2e-5
+    monkeypatch.setattr(study, "validation_success", lambda *_: next(val))
+    (tmp_path / "rft" / "model").mkdir(parents=True)
+    info = study.phase_rft(tmp_path, args)
+    assert len(set(played)) == 2 and info["successes"] == 12 and info["distinct"] == 1
+    assert info["steps"] == min(args.steps, 3)  # 2 passes over 12 kept successes, 8 a step
+    assert [r["lr"] for r in info["rounds"]] == [2e-5, 2e-5] and info["round"] == 2
+    assert info["best_val_success"] == 0.75 and info["lr"] == 2e-5
+
+
+def test_sft_continued_takes_grpos_updates_on_grpos_sequences(
+    study: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """GRPO's control: as many optimizer steps as GRPO (--steps), as many sequences a step as GRPO's
+    episodes (tasks x group), at SFT's learning rate, from the sft checkpoint."""
+    args = study.parse_args(["--output-dir", str(tmp_path), "--steps", "5"])
+    seen: dict[str, Any] = {}
+
+    def fake_sft(model: Any, demos: Any, steps: int, lr: float, batch: int, *_: Any, **__: Any) -> float:
+        seen.update(steps=steps, lr=lr, batch=batch)
+        return 0.0
+
+    monkeypatch.setattr(study, "load", lambda source, _: seen.update(source=source) or (_Model(), None))
+    monkeypatch.setattr(study, "sft", fake_sft)
+    monkeypatch.setattr(study, "demonstrations", lambda *_: [([1, 2, 3], [0, 1, 1])])
+    monkeypatch.setattr(study, "chat_for", lambda tok: None)
+    monkeypatch.setattr(study, "save_model", lambda model, tok, path: seen.update(saved=path))
+    monkeypatch.setattr(study, "model_device", lambda model: "cpu")
+    info = study.phase_sft_continued(tmp_path, args)
+    source, saved = f"hf:{tmp_path / 'sft' / 'model'}", tmp_path / "sft_cont" / "model"
+    batch = args.tasks_per_step * args.group_size
+    assert seen == {"source": source, "steps": 5, "lr": args.sft_lr, "batch": batch, "saved": saved}
+    assert info["sequences"] == info["grpo_episodes"] == 5 * 32 and info["assistant_tokens_expected"] == 320
+
+
+def test_informative_groups_counts_the_last_row_of_each_step(study: ModuleType) -> None:
+    rows = [
+        {"step": 0, "eval/success": 0.1},
+        {"step": 1, "groups/informative": 1.0, "groups/trained": 4.0},
+        {"step": 2, "groups/informative": 0.0, "groups/trained": 4.0},
+        {"step": 2, "groups/informative": 3.0, "groups/trained": 4.0},  # resumed: step 2 again
+    ]
+    got = study.informative_groups(rows)
+    assert got["per_step"] == [1, 3] and (got["informative"], got["trained"]) == (4, 8) and got["share"] == 0.5
+    assert "dropped_per_step" not in got
+    dapo = study.informative_groups([{**rows[1], "dynamic/dropped_groups": 2.0}])
+    assert dapo["dropped_per_step"] == [2]

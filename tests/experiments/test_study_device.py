@@ -84,6 +84,7 @@ def test_a_finished_compare_run_from_before_the_flag_is_reused_where_auto_resolv
     assert not compare.same_run({"device": "cpu", "lr": 1.0}, {"device": "cpu", "lr": 2.0})
 
 
+@pytest.mark.timeout(900)  # five arms at toy size: 7.0 min measured on 2 cores at load 6
 def test_every_phase_of_the_learn_study_runs_on_the_device_and_records_it(tmp_path: Path) -> None:
     """The toy learn study of ``gpu_learn --dry-run`` with ``--device cpu``: each phase records where
     its model was, and the study's own code names a device at every tensor factory (the guard
@@ -97,11 +98,23 @@ def test_every_phase_of_the_learn_study_runs_on_the_device_and_records_it(tmp_pa
         torch.set_num_threads(threads)
     phases = summary["phases"]
     assert summary["device"] == "cpu"
-    assert {name: phases[name]["device"] for name in ("sft", "rft", "grpo")} == dict.fromkeys(
-        ("sft", "rft", "grpo"), "cpu"
+    assert {name: phases[name]["device"] for name in ("sft", "sft_cont", "rft", "grpo")} == dict.fromkeys(
+        ("sft", "sft_cont", "rft", "grpo"), "cpu"
     )
     assert phases["eval"]["devices"] == dict.fromkeys(MODELS, "cpu")
     assert json.loads((tmp_path / "summary.json").read_text())["phases"] == phases
+    # the controls of issue 44 (item 3) at toy size: SFT continued for GRPO's updates, paired against GRPO;
+    # RFT's grid; GRPO's groups with a signal counted per step
+    assert (
+        phases["sft_cont"]["steps"] == phases["grpo"]["steps"]
+        and (tmp_path / "evals" / "sft_cont-templates-greedy.json").exists()
+    )
+    assert {f"grpo-vs-sft_cont-{s}-{m}" for s in ("numbers", "templates") for m in ("greedy", "sampled")} <= set(
+        summary["paired"]
+    )
+    assert phases["grpo"]["informative_groups"]["trained_per_step"] == [1] * phases["grpo"]["steps"]
+    assert "successes" in phases["rft"] and "rounds" in phases["rft"]
+    assert "GRPO's groups with a signal" in (tmp_path / "summary.md").read_text()
     assert json.loads((tmp_path / "phases.json").read_text()) == phases  # the record survives a resumed call
 
 

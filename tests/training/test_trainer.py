@@ -179,6 +179,7 @@ def test_tree_grpo_training_step(tmp_path: Path) -> None:
     row = next(r for r in read_metrics(tmp_path) if "reward" in r)
     assert row["trained_rows"] + row["excluded_trajectories"] == 4
     assert row["generated_tokens"] > 0
+    assert row["groups/trained"] == 1 and row["groups/informative"] in (0.0, 1.0)  # one tree job a step
 
 
 def test_eval_mode_writes_results(tmp_path: Path) -> None:
