@@ -42,7 +42,7 @@ apt-packages:
 ## Set everything up and play one SmolLM2-135M episode on prm/Math-v0, turn by turn (CPU, offline).
 demo: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m experiments.demo --output-dir runs/demo --show-episodes \
-		--levels 1 --eval-tasks 40 --sft-steps 30 --steps 6 --tasks-per-step 2 --eval-every 0
+		--levels 1 --eval-tasks 40 --sft-steps 20 --steps 4 --tasks-per-step 2 --eval-every 0
 
 ## Set everything up and run the default test suite (slow, gpu and network tests deselected).
 test: setup
