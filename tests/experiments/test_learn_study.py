@@ -82,7 +82,7 @@ def test_both_learners_recompute_activations_unless_told_not_to(
         seen["sft"] = recompute
         raise Stop
 
-    monkeypatch.setattr("prm_gym.training.trainer.train", fake_train)
+    monkeypatch.setattr(study, "train", fake_train)
     monkeypatch.setattr(study, "sft", fake_sft)
     monkeypatch.setattr(study, "load", lambda *_: (None, tiny_tokenizer))
     monkeypatch.setattr(study, "demonstrations", lambda *_: [])
