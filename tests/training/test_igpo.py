@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trainer import small as trainer_small  # the suite's small run (tests/training is on sys.path)
 
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
 from prm_gym.training.advantages import igpo_advantages
 from prm_gym.training.batch import Grouping, compute_advantages
-from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig, TrainConfig
+from prm_gym.training.config import EvalConfig, LossConfig, SamplingConfig
 
 # one group: A gains 0.2 then answers (outcome 1.0); B gains -0.1 and 0.3 then answers (outcome 0.0)
 REWARDS = torch.tensor([[0.2, 1.0, 0.0], [-0.1, 0.3, 0.0]], dtype=torch.float64)
@@ -109,16 +110,12 @@ def test_train_agent_runs_igpo_as_its_authors_do_on_search(tmp_path: Path) -> No
 
     authors = {"policy": "current", "final": "outcome", "belief": "span", "outcome": "f1"}
     kw = {"num_tasks": 20, "max_turns": 3, "judge_kwargs": {"progress/info_gain": authors}}
-    cfg = TrainConfig(
+    cfg = trainer_small(
+        tmp_path,
         env="prm/Search-v0",
         env_kwargs=json.dumps(kw),
         judge="progress/info_gain",
-        group_size=2,
         tasks_per_step=2,
-        steps=2,
-        output_dir=str(tmp_path),
-        progress=False,
-        tensorboard=False,
         checkpoint_every=0,
         device="cpu",
         sampling=SamplingConfig(max_new_tokens=16),
