@@ -5,7 +5,7 @@ were drawn and how the sampled episodes fell, not how training fell: ``--seed`` 
 batch order and every sample, and with it the trained models. This reads several finished runs
 (``python -m experiments.learn --seed N --output-dir DIR``; the held-out tasks are the same for
 every seed) and prints, for each arm and held-out cell, the strict success of every seed and the
-mean ± s.e. across seeds, then each comparison (GRPO minus SFT and RFT, RFT minus SFT) per seed with its
+mean ± s.e. across seeds, then each comparison (GRPO minus SFT, SFT continued and RFT; RFT minus SFT) per seed with its
 paired within-run s.e. per task and clustered by template (the unit of generalisation: the tasks of
 one phrasing succeed or fail together), and across seeds: the mean, its s.e. (sample s.d. /
 sqrt(seeds)) with the 95% t interval on seeds - 1 degrees of freedom, the s.d. between seeds next to
@@ -40,7 +40,9 @@ from experiments.compare_stats import (
 from experiments.learn_records import MODELS, MODES, SETS, record_file, record_key
 
 CELLS = tuple((s, m) for s in SETS for m in MODES)
-COMPARISONS = (("grpo", "sft"), ("grpo", "rft"), ("rft", "sft"))
+COMPARISONS = (("grpo", "sft"), ("grpo", "sft_cont"), ("grpo", "rft"), ("rft", "sft"))
+"""(b, a): b minus a, where every run holds both arms; GRPO minus SFT continued is its control (the
+same number of updates without RL), absent from runs older than that arm."""
 
 
 def load_run(path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -136,3 +136,15 @@ def test_every_gain_printed_has_an_interval_above_zero(tmp_path: Path, capsys: p
         assert float(interval[1:].split(",")[0]) >= 0  # +0.0 when it clears 0 by less than 0.05 points
     templates_greedy = [r for r in printed.splitlines() if r.startswith("| grpo − sft | templates | greedy | learn")]
     assert len(templates_greedy) == 3 and not any(r.endswith("| gain |") for r in templates_greedy)
+
+
+def test_grpo_is_compared_with_its_control_where_every_run_has_one(tmp_path: Path) -> None:
+    """GRPO minus SFT continued (the same updates without RL) appears where every run holds both
+    arms, and not for runs from before that arm."""
+    cells = {"grpo-numbers-greedy": [True] * 4, "sft-numbers-greedy": [True, False, False, False]}
+    with_control = {**cells, "sft_cont-numbers-greedy": [True, True, False, False]}
+    runs = [learn_seeds.load_run(_run(tmp_path, f"s{i}", with_control)) for i in range(2)]
+    c = learn_seeds.aggregate(runs)["comparisons"]["grpo-vs-sft_cont-numbers-greedy"]
+    assert [r["diff"] for r in c["per_run"]] == [0.5, 0.5]
+    old = [learn_seeds.load_run(_run(tmp_path, f"old{i}", cells)) for i in range(2)]
+    assert "grpo-vs-sft_cont-numbers-greedy" not in learn_seeds.aggregate(old)["comparisons"]
