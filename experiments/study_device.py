@@ -31,22 +31,15 @@ def resolve_device_flag(p: argparse.ArgumentParser, args: argparse.Namespace) ->
     """Replace ``args.device`` by the device it names (``cpu``, ``cuda:0``), or stop the study with
     the reason (:meth:`argparse.ArgumentParser.error`: the message and exit status 2)."""
     from prm_gym.core.errors import ConfigError
+    from prm_gym.training.config import DEVICE_PATTERN
     from prm_gym.training.ddp import resolve_device
 
-    if re.fullmatch(r"auto|cpu|cuda(:\d+)?", args.device) is None:
+    if re.fullmatch(DEVICE_PATTERN, args.device) is None:
         p.error(f"device: {args.device!r} is not a device; use auto, cpu, cuda or cuda:N.")
     try:
-        device = resolve_device(args.device)
+        args.device = str(resolve_device(args.device))
     except ConfigError as e:
         p.error(str(e))
-    import torch
-
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        p.error(
-            f"device: {args.device!r} was asked for but torch sees {torch.cuda.device_count()} GPU(s); "
-            "use --device cuda:0 or auto."
-        )
-    args.device = str(device)
 
 
 def model_device(model: object) -> str:

@@ -307,6 +307,7 @@ def _keep_rows(
     layers = plain_layers(past)
     if layers is None:
         return
+    device = layers[0].keys.device
     for p in positions:
         b = active[p]
         key, row = keys[b], rows[b]
@@ -315,7 +316,6 @@ def _keep_rows(
         seq = key + tuple(row[:-1])
         if seq in entries:
             continue
-        device = layers[0].keys.device
         cols = torch.tensor(prompt_cols[p] + list(range(width, width + len(row) - 1)), device=device)
         entries[seq] = [(x.keys[p : p + 1, :, cols], x.values[p : p + 1, :, cols]) for x in layers]
 

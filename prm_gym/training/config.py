@@ -30,6 +30,10 @@ from prm_gym.training.config_sections import (
 )
 from prm_gym.training.mixture import EnvShare, kwargs_per_env, parse_env_spec
 
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+"""What ``--device`` accepts (every study's flag too): ``auto`` (a GPU when torch sees one), ``cpu``,
+``cuda`` or ``cuda:N``."""
+
 __all__ = [
     "AsyncConfig",
     "CombineConfig",
@@ -195,7 +199,7 @@ class TrainConfig:
             "with --policy vllm:<url> give the served weights as --vllm-weights hf:<dir>",
         )
         check(
-            re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+            re.fullmatch(DEVICE_PATTERN, self.device) is not None,
             "device",
             self.device,
             "use auto, cpu, cuda or cuda:N",

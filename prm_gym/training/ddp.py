@@ -56,7 +56,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     Under torchrun ``cuda`` means this rank's GPU, ``cuda:LOCAL_RANK``.
 
     Raises:
-        ConfigError: a GPU was asked for and torch sees none.
+        ConfigError: a GPU was asked for and torch sees none, or fewer than its index needs.
     """
     if name == "auto":
         name = auto_device()
@@ -65,6 +65,11 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device: {name!r} was asked for but torch sees {torch.cuda.device_count()} GPU(s); "
+            "use --device cuda:0 or auto."
+        )
     return device
 
 
