@@ -193,7 +193,7 @@ def igpo_advantages(
     if mode not in ("joint", "separate"):
         raise ValueError(f"mode must be 'joint' or 'separate', not {mode!r}")
     mask = turn_mask.bool()
-    r = torch.where(mask, rewards.to(torch.float64), torch.zeros((), dtype=torch.float64))
+    r = torch.where(mask, rewards.to(torch.float64), rewards.new_zeros((), dtype=torch.float64))
     n, t = r.shape
     last_idx = (mask.long() * torch.arange(1, t + 1, device=r.device)).argmax(dim=1)  # the last real turn of each row
     last = torch.zeros_like(mask)

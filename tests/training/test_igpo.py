@@ -105,6 +105,7 @@ def test_igpo_refuses_a_process_coefficient_it_would_ignore() -> None:
 def test_train_agent_runs_igpo_as_its_authors_do_on_search(tmp_path: Path) -> None:
     """The whole path: prm/Search-v0 with progress/info_gain over the gold span under the weights
     being trained (``policy="current"``), the outcome on the answer turn, --loss.igpo joint."""
+    from prm_gym.core.device_guard import device_guard
     from prm_gym.training.metrics import read_metrics
     from prm_gym.training.trainer import train
 
@@ -122,6 +123,7 @@ def test_train_agent_runs_igpo_as_its_authors_do_on_search(tmp_path: Path) -> No
         eval=EvalConfig(num_tasks=2, samples=1),
         loss=LossConfig(micro_batch_size=2, igpo="joint"),
     )
-    train(cfg)
+    with device_guard():  # the IGPO path names the device of every tensor it makes
+        train(cfg)
     rows = [r for r in read_metrics(tmp_path) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
