@@ -26,7 +26,6 @@ the two sides' models sample their own episodes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -37,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_busy import BusySampler
 
 GROUP, TASKS, MICRO = 8, 4, 8
 LR = 3e-6
@@ -145,21 +147,22 @@ def type_of_sampler(a: argparse.Namespace) -> Any:
 
 
 class GPUWatch:
-    """While active, samples the GPU's busy share (``torch.cuda.utilization``, NVML) and its memory in
-    use (``torch.cuda.mem_get_info``: every process's, vLLM's reserved KV cache included) every
-    0.2 s; reports nothing without CUDA."""
+    """While active, samples the GPU's busy share (:class:`gpu_busy.BusySampler`, the one reader of the
+    benchmarks and ``make gpu-check``) and its memory in use (``torch.cuda.mem_get_info``: every
+    process's, vLLM's reserved KV cache included) every 0.2 s; reports nothing without CUDA."""
 
     def __enter__(self) -> GPUWatch:
         import threading
 
         import torch
 
-        self.busy: list[float] = []
         self.used: list[float] = []
         self.cuda = torch.cuda.is_available()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.busy = BusySampler(torch.cuda.current_device() if self.cuda else 0)
         if self.cuda:
+            self.busy.start()
             self.thread.start()
         return self
 
@@ -167,14 +170,13 @@ class GPUWatch:
         import torch
 
         while not self.stop.wait(0.2):
-            with contextlib.suppress(Exception):  # NVML missing: the busy share is left out, memory still sampled
-                self.busy.append(float(torch.cuda.utilization()))
             free, total = torch.cuda.mem_get_info()
             self.used.append((total - free) / 2**20)
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         if self.cuda:
+            self.busy.stop()
             self.thread.join()
 
     def report(self) -> dict[str, Any]:
@@ -184,8 +186,8 @@ class GPUWatch:
 
         out: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "gpu_mem_peak_mib": max(self.used, default=0.0)}
         out["gpu_torch_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
-        if self.busy:
-            out["gpu_busy_share"] = statistics.mean(self.busy) / 100
+        if self.busy.share is not None:  # no NVML reader: the busy share is left out, memory still sampled
+            out["gpu_busy_share"] = self.busy.share
         return out
 
 

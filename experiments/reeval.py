@@ -6,7 +6,9 @@ Loads each seed's warm start and every arm's final model (``<run>/model``, expor
 finished) from a ``compare --task search`` output directory (``--output-dir``), plays the same held-out episodes with
 each (``--eval-unseen`` questions whose text no training question has, ``--eval-samples`` each, the
 study's temperature, the outcome judge alone), and writes ``<output-dir>/reeval-unseen-<n>/summary.json``:
-per arm the success across seeds and the paired difference against the comparison's first arm.
+per arm the success across seeds, and the paired differences against the comparison's first arm and
+against the warm start, each with its t interval on n - 1 degrees of freedom and its verdict
+(``compare_stats.seeds_interval``).
 Each model's result is kept in ``<run>/reeval-unseen-<n>.json`` and reused when present. Every model
 is evaluated on ``--device`` (``auto``: a GPU when torch sees one), recorded in the summary.
 """
@@ -77,8 +79,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             summary["comparisons"][which] = {
                 label: {
                     "final_success": compare_stats.mean_se(v),
-                    "minus_first": compare_stats.mean_se([a - b for a, b in zip(v, finals[first], strict=True)]),
-                    "gain_over_warm_start": compare_stats.mean_se([a - b for a, b in zip(v, starts, strict=True)]),
+                    "minus_first": compare_stats.seeds_interval([a - b for a, b in zip(v, finals[first], strict=True)]),
+                    "gain_over_warm_start": compare_stats.seeds_interval(
+                        [a - b for a, b in zip(v, starts, strict=True)]
+                    ),
                     "per_seed": v,
                 }
                 for label, v in finals.items()

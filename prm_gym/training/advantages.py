@@ -139,10 +139,9 @@ def turn_advantages(
 def _igpo_stats(values: Tensor, groups: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Per-element (mean, std) of its group over the masked elements, as the authors compute them:
     the population std ``sqrt(var + 1e-8)``, and std 1 where a group has at most one element."""
-    mean, _, count = _group_stats(values, groups, mask)
-    num = int(groups.max().item()) + 1 if groups.numel() else 0
-    sq = values.new_zeros(num).index_add_(0, groups, (values - mean) ** 2 * mask.to(values.dtype))
-    std = (sq[groups] / count.clamp(min=1) + 1e-8).sqrt()
+    mean, sample_std, count = _group_stats(values, groups, mask)
+    var = sample_std**2 * (count - 1).clamp(min=1) / count.clamp(min=1)  # ddof=1 -> ddof=0
+    std = (var + 1e-8).sqrt()
     return mean, torch.where(count <= 1, torch.ones_like(std), std)
 
 

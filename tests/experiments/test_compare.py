@@ -224,12 +224,19 @@ def test_compare_search_shortened(tmp_path: Path) -> None:
     for which in out:
         assert (tmp_path / which / "summary.json").exists() and (tmp_path / which / "paired.png").exists()
     assert out["process"]["arms"]["outcome only"] == out["tree"]["arms"]["chain GRPO, equal trajectories"]
-    assert set(out["process"]["arms"]) == {"outcome only", "retrieval credit", "IGPO information gain"}
+    assert set(out["process"]["arms"]) == {
+        "outcome only",
+        "retrieval credit",
+        "IGPO information gain",
+        "IGPO as its authors run it",
+    }
     assert (tmp_path / "runs" / "seed0" / "info-gain" / "done.json").exists()
     from experiments.reeval import main as reeval
 
     again = reeval([*flags, "--eval-unseen", "3"])  # the finished models, on questions no training one shares
     assert set(again["comparisons"]) == {"tree", "process"} and again["warm_start_success"]["n"] == 1
+    diff = again["comparisons"]["process"]["retrieval credit"]["minus_first"]
+    assert diff["df"] == 0 and diff["verdict"] == "no detectable difference"  # one seed: no interval
     assert (tmp_path / "runs" / "seed0" / "grpo" / "reeval-unseen-3.json").exists()
 
 
