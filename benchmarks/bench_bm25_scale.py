@@ -6,6 +6,8 @@
     python benchmarks/bench_bm25_scale.py --sizes 1000000 --from-ids --vocab 1000000,60000 --words 40-120
         # both documented corpora (issue 46); --query-from passages: keywords of random passages;
         # --keep DIR reuses pyserini's index of the same corpus across runs
+    python benchmarks/real_text_corpus.py --out runs/dictd.jsonl    # real English text (Debian's dict-* packages)
+    python benchmarks/bench_bm25_scale.py --corpus runs/dictd.jsonl --queries 300 --reps 3
 
 The corpus is NOT the project's generator: every passage is a bag of words drawn independently
 from a Zipf law (rank r has probability proportional to r**-exponent, ``--zipf``) over ``--vocab``
@@ -18,13 +20,19 @@ both engines index the same passages, then answer the same queries at k=10 on on
 in alternated rounds after a warm-up round; the row is milliseconds per query (median round).
 Printed beside it: top-10 overlap with pyserini, whether our top 10 (ids and scores) equal an
 exhaustive float32 scorer on every query, and the memory of our index arrays.
+
+``--corpus PATH.jsonl`` runs the same protocol on a corpus of real text instead (see
+:func:`corpus_row`): ours as the Search env opens a ``.jsonl`` corpus, pyserini with its default
+analyzer, so the top-10 overlap also measures how far the two analyzers differ on real text.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -36,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from result_line import emit, spread
 
-from prm_gym.envs.search.index import BM25Index, Passage, write_corpus
+from prm_gym.envs.search.index import BM25Index, Passage, open_retriever, write_corpus
 from prm_gym.envs.search.index.analyzer import Analyzer
 from prm_gym.envs.search.index.bm25 import bm25_avgdl, postings_in_chunks
 
@@ -125,6 +133,33 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
           f"{len(queries)} queries, k=10, 1 thread, {args.reps} alternated rounds")  # fmt: skip
     print(f"prm bm25   build {build:6.1f}s   index arrays {index_bytes(index) / 2**20:,.0f} MiB "
           f"(block tables {index.blockmax.nbytes / 2**20:,.0f} MiB)")  # fmt: skip
+    key = f"{n}-v{args.vocab}-z{args.exponent}-w{args.words[0]}-{args.words[1]}{'-ids' if args.from_ids else ''}"
+
+    def scratch_corpus() -> Path:
+        where = tmp / f"c{key}" / "docs.jsonl"
+        return write_id_corpus(n, args, where) if args.from_ids else write_corpus(passages, where)
+
+    cond = (
+        f"pyserini/Lucene, 1 thread each, same {len(queries)} queries; independent Zipf corpus (vocab "
+        f"{args.vocab:,}, exponent {args.exponent}, {args.words[0]}-{args.words[1]} words a passage; "
+        f"queries drawn from the {'law' if args.query_from == 'law' else 'passages'}), alternated rounds"
+    )
+    compare(index, queries, args, tmp / f"l{key}", scratch_corpus, f"{n:,} Zipf passages{corpus_tag(args)}", cond)
+
+
+def compare(
+    index: BM25Index,
+    queries: Sequence[str],
+    args: argparse.Namespace,
+    lucene: Path,
+    corpus: Path | Callable[[], Path],
+    row: str,
+    cond: str,
+) -> None:
+    """The like-for-like part of a row: our top 10 against exhaustive scoring, pyserini's index of
+    the same passages at ``lucene`` (built from ``corpus``, a jsonl file, or a function writing a
+    scratch one that is removed after the build; reused with ``--keep``), both engines in
+    alternated rounds, the top-10 overlap, and the RESULT lines named after ``row``."""
     ids = [p.id for p in index.passages]
     fns: dict[str, Callable[[], object]] = {"prm bm25": lambda: [index.rank(q, 10) for q in queries]}
     same = sum(
@@ -135,26 +170,25 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
     )
     print(f"top-10 (ids and scores) identical to exhaustive scoring: {same}/{min(args.check, len(queries))} queries")
     searcher = None
-    try:
-        from prm_gym.envs.search.index.pyserini_backend import PyseriniRetriever, build_lucene_index
-    except ImportError:
-        print("pyserini   not installed (pip install 'prm-gym[pyserini]'): skipped")
+    missing = [m for m in ("pyserini", "jnius") if importlib.util.find_spec(m) is None]
+    if missing or args.no_pyserini:
+        print("pyserini   " + ("not asked for (--no-pyserini)" if args.no_pyserini else
+              f"not installed ({', '.join(missing)}; pip install 'prm-gym[pyserini]')") + ": skipped")  # fmt: skip
     else:
-        key = f"{n}-v{args.vocab}-z{args.exponent}-w{args.words[0]}-{args.words[1]}{'-ids' if args.from_ids else ''}"
-        lucene = tmp / f"l{key}"
+        from prm_gym.envs.search.index.pyserini_backend import PyseriniRetriever, build_lucene_index
+
         if args.keep and (lucene / "prm-built.ok").exists():
             print(f"pyserini   index reused from {lucene}")
         else:
-            where = tmp / f"c{key}" / "docs.jsonl"
-            corpus = write_id_corpus(n, args, where) if args.from_ids else write_corpus(passages, where)
+            where = corpus if isinstance(corpus, Path) else corpus()
             t = time.perf_counter()
-            build_lucene_index(corpus, lucene, threads=2)
+            build_lucene_index(where, lucene, threads=2)
             print(f"pyserini   build {time.perf_counter() - t:6.1f}s (2 indexing threads)")
-            shutil.rmtree(where.parent, ignore_errors=True)
+            if not isinstance(corpus, Path):
+                shutil.rmtree(where.parent, ignore_errors=True)
             (lucene / "prm-built.ok").touch()
         searcher = PyseriniRetriever(lucene, threads=1)
         fns["pyserini"] = lambda: searcher.search_batch(queries, 10)
-    del passages
     times, cpu_times = alternate(fns, args.reps)
     ms = {name: [s / len(queries) * 1e3 for s in ts] for name, ts in times.items()}
     cpu = {name: [s / len(queries) * 1e3 for s in ts] for name, ts in cpu_times.items()}
@@ -162,22 +196,24 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> None:
         print(f"{name:<10} {statistics.median(vals):7.3f} ms/query wall (min {min(vals):.3f}, max {max(vals):.3f}), "
               f"{statistics.median(cpu[name]):7.3f} ms/query CPU (min {min(cpu[name]):.3f})")  # fmt: skip
     if searcher is not None:
-        mine = [[ids[i] for i in index.rank(q, 10)[0].tolist()] for q in queries]
-        theirs = [[p.id for p in hits] for hits in searcher.search_batch(queries, 10)]
+        ranked = [index.rank(q, 10) for q in queries]
+        mine = [[ids[i] for i in got[0].tolist()] for got in ranked]
+        hits = searcher.search_batch(queries, 10)
+        theirs = [[p.id for p in h] for h in hits]
         overlap = statistics.mean(len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(mine, theirs, strict=True))
-        print(f"top-10 overlap with pyserini: {overlap:.3f}")
-        med = statistics.median
-        cond = (
-            f"pyserini/Lucene, 1 thread each, same {len(queries)} queries; independent Zipf corpus (vocab "
-            f"{args.vocab:,}, exponent {args.exponent}, {args.words[0]}-{args.words[1]} words a passage; "
-            f"queries drawn from the {'law' if args.query_from == 'law' else 'passages'}), alternated rounds"
+        differ = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if set(a) != set(b)]
+        ties = sum(
+            len(ranked[i][1]) == len(hits[i]) and np.allclose(ranked[i][1], [p.score for p in hits[i]], rtol=1e-5)
+            for i in differ
         )
-        tag = corpus_tag(args)
-        emit("bm25_scale", f"BM25 ms/query, k=10, {n:,} Zipf passages{tag} (vs Lucene)", med(ms["prm bm25"]),
-             med(ms["pyserini"]), cond, "ms/query", "lower",
+        print(f"top-10 overlap with pyserini: {overlap:.3f} ({len(differ)}/{len(queries)} queries with other ids; "
+              f"{ties} of them with the same 10 scores, i.e. ties cut differently)")  # fmt: skip
+        med = statistics.median
+        emit("bm25_scale", f"BM25 ms/query, k=10, {row} (vs Lucene)", med(ms["prm bm25"]), med(ms["pyserini"]),
+             cond, "ms/query", "lower",
              f"ours {spread(ms['prm bm25'])}, pyserini {spread(ms['pyserini'])}; overlap@10 {overlap:.3f}, "
              f"identical to exhaustive {same}/{min(args.check, len(queries))}")  # fmt: skip
-        emit("bm25_scale", f"BM25 CPU ms/query, k=10, {n:,} Zipf passages{tag} (vs Lucene)", med(cpu["prm bm25"]),
+        emit("bm25_scale", f"BM25 CPU ms/query, k=10, {row} (vs Lucene)", med(cpu["prm bm25"]),
              med(cpu["pyserini"]), cond + "; CPU time of the process (the JVM's threads included)", "ms/query",
              "lower", f"ours {spread(cpu['prm bm25'])}, pyserini {spread(cpu['pyserini'])}")  # fmt: skip
         searcher.close()
@@ -248,14 +284,20 @@ def id_queries(n: int, args: argparse.Namespace) -> list[str]:
     return [" ".join(f"w{r}" for r in draw(int(m)).tolist()) for m in qlens]
 
 
-def passage_queries(n: int, args: argparse.Namespace, passages: Sequence[Passage]) -> list[str]:
-    """Keyword queries drawn from passages: per query a random passage (of the first 250,000) and
-    3-8 of its distinct words (P as :data:`QUERY_LENGTH_P`), so each query's words occur together."""
+def passage_queries(
+    n: int,
+    args: argparse.Namespace,
+    passages: Sequence[Passage],
+    pool: int = 250_000,
+    split: Callable[[str], list[str]] = str.split,
+) -> list[str]:
+    """Keyword queries drawn from passages: per query a random passage (of the first ``pool``) and
+    3-8 of its distinct words, by ``split`` (P as :data:`QUERY_LENGTH_P`), so each query's words occur together."""
     rng = np.random.default_rng(n + 2)
     sizes = rng.choice(QUERY_LENGTHS, args.queries, p=QUERY_LENGTH_P).tolist()
-    picks = rng.integers(min(n, 250_000), size=args.queries).tolist()
+    picks = rng.integers(min(n, pool), size=args.queries).tolist()
     if passages:
-        bags = [passages[i].text.split() for i in picks]
+        bags = [split(passages[i].text) for i in picks]
     else:
         ranks, lengths = next(iter(id_chunks(n, args)()))
         ends = np.cumsum(lengths)
@@ -289,6 +331,40 @@ def big_row(n: int, args: argparse.Namespace) -> None:
     print(f"peak resident memory of this process: {peak_rss_mib():,.0f} MiB")
 
 
+def real_words(text: str) -> list[str]:
+    """The words of real text for a query: runs of letters, lower-cased (no punctuation, no numbers)."""
+    return re.findall(r"[^\W\d_]+", text.lower())
+
+
+def corpus_row(args: argparse.Namespace, tmp: Path) -> None:
+    """The like-for-like row on a jsonl corpus of real text (``--corpus``, e.g. the dictionaries of
+    ``benchmarks/real_text_corpus.py``): ours is the index the Search env opens on a ``.jsonl``
+    corpus with ``backend="bm25"`` (``open_retriever``: built in memory with our Lucene-like English
+    analyzer), pyserini's is built from the same file with its default analyzer. Queries: 3-8
+    distinct words (letters only, lower-cased, stopwords kept: both analyzers drop them) of a
+    random passage of the whole corpus."""
+    path = Path(args.corpus)
+    t = time.perf_counter()
+    index = open_retriever("bm25", str(path))
+    build = time.perf_counter() - t
+    assert isinstance(index, BM25Index)
+    n = len(index)
+    queries = passage_queries(n, args, index.passages, pool=n, split=real_words)
+    print(f"\n{path} ({path.stat().st_size / 2**20:,.0f} MiB): {n} passages, {len(index.vocab)} terms, "
+          f"{len(index.doc_ids)} postings; {len(queries)} queries (3-8 words of random passages), k=10, 1 thread, "
+          f"{args.reps} alternated rounds")  # fmt: skip
+    mib = index_bytes(index) / 2**20, index.blockmax.nbytes / 2**20
+    print(f"prm bm25   build {build:6.1f}s (open_retriever('bm25', corpus), analyzer {index.analyzer.name})   "
+          f"index arrays {mib[0]:,.0f} MiB (block tables {mib[1]:,.0f} MiB)")  # fmt: skip
+    stat = path.stat()
+    cond = (
+        f"pyserini/Lucene (default analyzer), 1 thread each, same {len(queries)} queries of 3-8 words of random "
+        f"passages; real-text corpus {path.name} ({n:,} passages, our analyzer vs Lucene's), alternated rounds"
+    )
+    lucene = tmp / f"l{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    compare(index, queries, args, lucene, path, f"{n:,} real-text passages ({path.stem})", cond)
+
+
 def corpus_tag(args: argparse.Namespace) -> str:
     """The row name's mark of a corpus other than the first documented one (1M words, 80-120)."""
     tag = "" if args.query_from == "law" else ", queries from passages"
@@ -315,10 +391,17 @@ def main() -> None:
     ap.add_argument("--query-from", choices=("law", "passages"), default="law",
                     help="queries of words drawn from the Zipf law, or distinct words of random passages")  # fmt: skip
     ap.add_argument("--keep", default="", help="folder for pyserini's corpus and index, reused when present")
+    ap.add_argument("--corpus", default="", help="a jsonl corpus of real text: its row instead of the Zipf ones")
+    ap.add_argument("--no-pyserini", action="store_true", help="measure ours alone")
     args = ap.parse_args()
     lo, _, hi = args.words.partition("-")
     args.words = (int(lo), int(hi or lo))
     print(f"load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.corpus:
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus_row(args, Path(args.keep or tmp))
+        print(f"load average: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     for vocab in (int(v) for v in args.vocab.split(",") if v):
         args.vocab = vocab
         print(f"\n== corpus: Zipf exponent {args.exponent} over {vocab:,} words, {args.words[0]}-{args.words[1]} "

@@ -31,6 +31,11 @@ def test_analyzer_drops_stopwords_possessives_and_stems() -> None:
     assert Analyzer("none")("Running and jumping") == ["running", "jumping"]
 
 
+def test_words_of_one_or_two_letters_are_not_stemmed_as_in_lucene() -> None:
+    # PyStemmer's porter gives "" for "s", "u" for "us", "o" for "os"; Lucene's PorterStemmer skips words this short
+    assert Analyzer("porter")("US os s cats") == ["us", "os", "s", "cat"]
+
+
 def test_lucene_norm_lengths_match_smallfloat() -> None:
     # exact below 24; above, 24 + (n - 24) keeping its 4 leading bits
     got = lucene_norm_length(np.array([0, 5, 23, 24, 30, 39, 40, 41, 56, 100, 1000]))

@@ -2,7 +2,8 @@
 
 The chain imitates Lucene's English analysis as pyserini configures it (StandardTokenizer,
 lower-casing, the possessive filter, Lucene's 33 English stopwords, the original Porter
-stemmer), so the embedded index ranks like a pyserini Lucene index built from the same corpus.
+stemmer, which leaves words of one or two letters as they are: PyStemmer would stem "s" to an
+empty term and "us" to "u"), so the embedded index ranks like a pyserini Lucene index built from the same corpus.
 Stemming uses PyStemmer's ``porter`` algorithm (C, part of the ``search`` extra); without
 PyStemmer the analyzer does not stem and says so in its :attr:`Analyzer.name`.
 """
@@ -102,14 +103,14 @@ class Analyzer:
         if self._stem is None:
             return toks
         cache = self._cache
-        missing = [t for t in set(toks) if t not in cache]
+        missing = [t for t in set(toks) if len(t) > 2 and t not in cache]
         if missing:
             with self._lock:
                 stems = self._stem.stemWords(missing)
                 if len(cache) > 500_000:
                     cache.clear()
                 cache.update(zip(missing, stems, strict=True))
-        return [cache.get(t) or self._stem_one(t) for t in toks]
+        return [t if len(t) <= 2 else cache.get(t) or self._stem_one(t) for t in toks]
 
     def _stem_one(self, tok: str) -> str:
         with self._lock:

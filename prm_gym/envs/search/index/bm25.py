@@ -34,7 +34,7 @@ from prm_gym.envs.search.index.analyzer import Analyzer
 from prm_gym.envs.search.index.blockmax import BlockMax
 from prm_gym.envs.search.index.protocol import Passage, check_query, read_corpus, read_index_meta, save_index_dir
 
-FORMAT = "prm-bm25/1"
+FORMAT = "prm-bm25/2"  # 2: words of one or two letters are not stemmed (as Lucene)
 _FREE = 24  # Lucene SmallFloat: lengths below this are stored exactly
 
 
