@@ -225,6 +225,10 @@ def assemble(
     return page.rstrip("\n") + "\n\n" + "\n".join(before_after(before, results, kept))
 
 
+#: Arguments a bench gets here unless ``--args`` names it: its own default is a run longer than ``--timeout``.
+SHORT = {"serve_load": "--minutes 1"}  # the 10-minute soak per env: python benchmarks/bench_serve_load.py
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated names, e.g. sql,search (default: all)")
@@ -261,7 +265,7 @@ def main() -> int:
         print(f"running {script.name} ...", flush=True)
         before = load()
         name = script.stem.removeprefix("bench_")
-        code, seconds, out = run(script, args.timeout, shlex.split(extra.get(name, "")))
+        code, seconds, out = run(script, args.timeout, shlex.split(extra.get(name, SHORT.get(name, ""))))
         found = parse(out)
         for r in found:
             r.setdefault("bench", name)
