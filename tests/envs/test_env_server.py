@@ -356,3 +356,34 @@ def test_prm_serve_command_serves_until_terminated(tmp_path: Path) -> None:
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     bad = subprocess.run([*cmd, "--env-kwargs", "[1]"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "JSON object" in bad.stderr
+
+
+def test_worker_threads_run_concurrent_calls_at_once_and_reuse_an_idle_thread() -> None:
+    import threading
+
+    from prm_gym.envs.serve.worker import _Threads
+
+    pool, release, names = _Threads(), threading.Event(), []
+    both = threading.Barrier(2, timeout=5)  # two calls in flight: each waits for the other
+    done = threading.Semaphore(0)
+
+    def blocking() -> None:
+        both.wait()
+        release.wait(5)
+        done.release()
+
+    pool.submit(blocking)
+    pool.submit(blocking)
+    release.set()
+    assert done.acquire(timeout=5) and done.acquire(timeout=5)  # a broken barrier would raise in the thread
+
+    def record() -> None:
+        names.append(threading.get_ident())
+        done.release()
+
+    for _ in range(5):  # sequential calls: the idle threads are reused, none started
+        pool.submit(record)
+        assert done.acquire(timeout=5)
+    before = threading.active_count()
+    pool.submit(record)
+    assert done.acquire(timeout=5) and threading.active_count() == before and len(set(names)) <= 2

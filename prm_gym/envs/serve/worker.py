@@ -3,8 +3,10 @@
 Each :class:`EnvWorker` is a child process (started by a ``forkserver`` that has imported
 ``prm_gym`` once, so a new worker costs a fork, not an interpreter start) holding the env of one
 session and of the sessions forked from it (a Tree-GRPO tree), each in a numbered slot. The server
-sends ``(request id, slot, op, argument)`` over a pipe; the worker runs each request in its own
-thread and answers ``(request id, "ok", value)`` or ``(request id, "error", kind, message)``.
+sends ``(request id, slot, op, argument)`` over a pipe; the worker runs each request on a thread
+of its own at that moment (an idle one reused, a new one when all are busy, so what an env keeps
+per thread, such as the SQL judges' connections, outlives one call) and answers
+``(request id, "ok", value)`` or ``(request id, "error", kind, message)``.
 
 :meth:`EnvWorker.call` waits at most its deadline. A call that has not answered by then (an env
 stuck in a loop, a tool holding the GIL, a backend that never replies) gets the worker killed with
@@ -20,6 +22,7 @@ import contextlib
 import importlib
 import itertools
 import multiprocessing
+import queue
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
@@ -110,11 +113,38 @@ def _do(envs: dict[int, gym.Env[Any, Any]], spec: Any, slot: int, op: str, arg: 
     raise ValueError(f"unknown op {op!r}")
 
 
+class _Threads:
+    """Runs each job on an idle daemon thread, starting a new one only when none is idle: concurrent
+    jobs never wait for each other, and sequential ones reuse one thread."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, tuple[Any, ...]]] = queue.SimpleQueue()
+        self._idle = 0  # threads waiting for a job (never more than there are)
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        self._jobs.put((fn, args))
+        if start:
+            threading.Thread(target=self._loop, name="prm-serve-env-call", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, args = self._jobs.get()
+            fn(*args)
+            with self._lock:
+                self._idle += 1
+
+
 def _main(conn: Connection, spec: Any, imports: tuple[str, ...]) -> None:  # pragma: no cover (child)
     for module in imports:
         importlib.import_module(module)
     envs: dict[int, gym.Env[Any, Any]] = {}
     send_lock = threading.Lock()
+    threads = _Threads()
 
     def run(rid: int, slot: int, op: str, arg: Any) -> None:
         try:
@@ -133,7 +163,7 @@ def _main(conn: Connection, spec: Any, imports: tuple[str, ...]) -> None:  # pra
         if message is None:  # stop
             break
         rid, slot, op, arg = message
-        threading.Thread(target=run, args=(rid, slot, op, arg), daemon=True).start()
+        threads.submit(run, rid, slot, op, arg)
     for env in envs.values():
         with contextlib.suppress(Exception):
             env.close()
