@@ -11,7 +11,7 @@ EXTRAS := train,code,search,pyserini,dense,sql,sql-postgres,docker,interop,ray,s
 APT_PACKAGES := bubblewrap postgresql docker.io
 APT_MISSING = $(strip $(if $(shell command -v bwrap),,bubblewrap) $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) $(if $(shell command -v dockerd),,docker.io))
 
-.PHONY: setup apt-packages demo test test-slow test-gpu test-gpu-dry test-vllm reliability lint learn learn-seeds compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn gpu-check gpu-bundle bench bench-peers clean
+.PHONY: setup apt-packages demo test test-slow test-gpu test-gpu-dry test-vllm reliability lint learn learn-seeds compare compare-tree compare-roots compare-process compare-async compare-search compare-search-tree compare-search-process gpu-learn gpu-check decisive gpu-bundle bench bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -153,6 +153,16 @@ gpu-learn: setup
 GPU_PY ?= python3
 gpu-check:
 	HF_HUB_OFFLINE=1 PYTHONPATH=. $(GPU_PY) -m experiments.gpu_check --output-dir runs/gpu-check
+
+## After make gpu-check, on the same machine (the bundle made with GPU_BUNDLE_MODEL=1: the real SmolLM2-135M): the
+## decisive study (issue #44, item 6), 8 seeds as parallel processes on one H200. Phase a: GRPO vs SFT continued vs
+## tuned RFT on held-out templates rotating with the seed, sized by a first-minute calibration to 8 minutes; phase b:
+## outcome only vs retrieval credit vs IGPO as its authors run it on prm/Search-v0 (8 minutes, resumable). Writes
+## runs/decisive/{math,search}/summary.md (the pre-registered primary cell first) and decisive.json; stops at once
+## without a GPU. DECISIVE_PHASES=a (or b) runs one phase; python -m experiments.decisive --dry-run: on the CPU.
+DECISIVE_PHASES ?= a,b
+decisive:
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(GPU_PY) -m experiments.decisive --phases $(DECISIVE_PHASES) --output-dir runs/decisive
 
 # The wheels gpu-check needs that such a machine lacks (pyproject's dependencies and the train extra beyond torch,
 # transformers, peft, accelerate, numpy, httpx, tqdm, matplotlib), pinned to the versions tested here: about 1.3 MB,

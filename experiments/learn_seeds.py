@@ -11,7 +11,9 @@ one phrasing succeed or fail together), and across seeds: the mean, its s.e. (sa
 sqrt(seeds)) with the 95% t interval on seeds - 1 degrees of freedom, the s.d. between seeds next to
 the typical within-run s.e., and the per-task differences averaged over seeds with their
 template-clustered interval. A difference is called a gain only where its 95% interval excludes 0
-(across seeds: both intervals). ``--per-template`` adds GRPO minus SFT per held-out template.
+(across seeds: both intervals). Runs with ``--heldout-seed seed`` hold out other templates each, so no
+task is in every run: the pooled interval is left out and the seeds' interval alone gives the verdict.
+``--per-template`` adds GRPO minus SFT per held-out template.
 
 No torch: it reads each run's ``evals/<arm>-<set>-<mode>.json``. Usage::
 
@@ -77,9 +79,13 @@ def _ci(c: dict[str, Any], sign: bool = True) -> str:
 
 
 def _pooled(runs: Sequence[dict[str, list[dict[str, Any]]]], ka: str, kb: str) -> dict[str, Any] | None:
-    """``kb`` minus ``ka`` per task averaged over runs, then clustered by template (None without templates)."""
+    """``kb`` minus ``ka`` per task averaged over runs, then clustered by template (None without
+    templates, or when the runs do not hold the same tasks with the same templates)."""
     sums: dict[str, float] = {}
     groups: dict[str, str] = {}
+    held = [{x["task_id"]: str(x.get("template")) for x in r[ka]} for r in runs]
+    if any(h != held[0] for h in held[1:]):
+        return None  # the runs hold out other tasks (a rotating --heldout-seed): no task is in every run
     for r in runs:
         if templates_of(r[ka]) is None or templates_of(r[kb]) is None:
             return None
