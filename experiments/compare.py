@@ -72,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task", choices=["math", "search"], default="math", help="the env the comparisons run on")
     p.add_argument("--which", choices=[*COMPARISONS, "all"], default="all")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..n-1, each with its own warm start")
+    p.add_argument(
+        "--arms",
+        default="",
+        help="comma-separated run names to run (default: every arm of --which); the comparison's first arm "
+        "always runs, since the paired differences are read against it (e.g. --arms info-gain-authors)",
+    )
     p.add_argument("--output-dir", default=None, help="default: runs/compare (math), runs/compare-search (search)")
     p.add_argument(
         "--policy", default="hf:tiny", help="the model to warm-start: hf:tiny (sized by --hidden, --layers) or an hf id"
@@ -146,6 +152,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--seed must be 0 or more (got {args.seed})")
     if args.which not in (*comparisons(args), "all"):
         p.error(f"--task {args.task} has the comparisons {sorted(comparisons(args))} (async and roots: --task math)")
+    known = {name for w, arms in comparisons(args).items() if args.which in (w, "all") for name in arms.values()}
+    unknown = {n.strip() for n in args.arms.split(",") if n.strip()} - known
+    if unknown:
+        p.error(
+            f"--arms: no arm {', '.join(sorted(unknown))} in --which {args.which}; arms: {', '.join(sorted(known))}"
+        )
     if args.task == "math" and (args.expand_rounds != 1 or args.sampler != "hf" or args.tokenizer != "byte"):
         p.error("--expand-rounds, --sampler and --tokenizer apply to --task search")
     if args.output_dir is None:
@@ -290,10 +302,18 @@ def summarize(which: str, runs: dict[str, list[list[dict[str, Any]]]], out: Path
     return summary
 
 
+def chosen_arms(arms: dict[str, str], names: str) -> dict[str, str]:
+    """``arms`` (label -> run name) cut to the run names in ``names`` (comma-separated; empty: all),
+    the first arm kept (the paired differences are read against it)."""
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    first = next(iter(arms))
+    return {label: name for label, name in arms.items() if not wanted or name in wanted or label == first}
+
+
 def compare(which: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run (or reuse) every arm of ``which`` for every seed, then summarise."""
     root = Path(args.output_dir)
-    arms = comparisons(args)[which]
+    arms = chosen_arms(comparisons(args)[which], args.arms)
     runs: dict[str, list[list[dict[str, Any]]]] = {arm: [] for arm in arms}
     for seed in range(args.seeds) if args.seed is None else [args.seed]:
         base = base_config(args, warm_start(args, seed), seed)

@@ -26,9 +26,9 @@ questions with SmolLM2-135M (make gpu-learn's sizes, :data:`experiments.gpu_lear
 ``--eval-unseen`` (150) test questions whose text no training question has; then the summary pass
 (compare without ``--seed``, over the seeds whose every arm finished) into
 ``<out>/search/process/summary.json`` and ``<out>/search/summary.{json,md}``. Arms: outcome only,
-retrieval credit, IGPO as its authors run it (``info-gain-authors``); compare has no flag to choose
-arms, so the project's own IGPO variant (``info-gain``) runs too (in the tables, not in the primary
-cell). Not calibrated: ``--search-budget-s`` (480 s) stops it, and a second call resumes (finished warm
+retrieval credit, IGPO as its authors run it (``info-gain-authors``), chosen with compare's ``--arms``
+(the project's own IGPO variant, ``info-gain``, does not run). Not calibrated: ``--search-budget-s``
+(480 s) stops it, and a second call resumes (finished warm
 starts and arms are reused; an arm cut short starts again).
 
 Pre-registered primary cells (printed first, and first in each summary):
@@ -79,6 +79,8 @@ PRIMARY_SEEDS = 8
 PRIMARY_A = "grpo-vs-sft_cont-templates-greedy"
 SECONDARY_A = ("grpo-vs-rft-templates-greedy",)
 PRIMARY_B = ("IGPO as its authors run it", "outcome only")
+SEARCH_ARMS = ("grpo", "retrieval", "info-gain-authors")
+"""Phase b's runs (compare's ``--arms``): outcome only, retrieval credit, IGPO as its authors run it."""
 CAL_DRY = ["--steps", "1", "--eval-tasks", "2", "--max-new-tokens", "8"]
 """The dry run's calibration size on top of :data:`experiments.gpu_learn.LEARN_DRY`: make gpu-check's."""
 SUMMARY_S = 30
@@ -333,7 +335,8 @@ def search_flags(args: argparse.Namespace, out: Path) -> list[str]:
         sets += ["--eval-every", str(max(1, args.search_steps // 2)), "--policy", args.policy]
         sets += ["--sampler", args.sampler, "--threads", str(args.threads)]
     base = without(COMPARE_DRY if args.dry_run else COMPARE_GPU, sets)
-    return [*COMPARE, "--output-dir", str(out / "search"), "--device", device, *base, *sets]
+    arms = ["--arms", ",".join(SEARCH_ARMS)]
+    return [*COMPARE, "--output-dir", str(out / "search"), "--device", device, *base, *sets, *arms]
 
 
 def search_commands(args: argparse.Namespace, out: Path) -> list[tuple[str, list[str]]]:
@@ -343,9 +346,7 @@ def search_commands(args: argparse.Namespace, out: Path) -> list[tuple[str, list
 
 def finished_seeds(out: Path, seeds: int) -> int:
     """How many seeds 0, 1, ... in a row have every process arm finished (compare summarises seeds 0..n-1)."""
-    from experiments.compare_search import COMPARISONS
-
-    names = COMPARISONS["process"].values()
+    names = SEARCH_ARMS
     n = 0
     while n < seeds and all((out / "search" / "runs" / f"seed{n}" / name / "done.json").exists() for name in names):
         n += 1

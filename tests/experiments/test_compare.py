@@ -246,3 +246,16 @@ def test_reeval_refuses_a_directory_without_a_finished_study(tmp_path: Path) -> 
     with pytest.raises(SystemExit, match=r"no warm start at .*run the study"):
         reeval(["--seeds", "1", "--eval-unseen", "2", "--output-dir", str(tmp_path)])
     assert not (tmp_path / "warm").exists()  # nothing was trained
+
+
+def test_arms_picks_runs_and_keeps_the_first_arm(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments import compare_search as cs
+    from experiments.compare import chosen_arms, parse_args
+
+    process = cs.COMPARISONS["process"]
+    assert list(chosen_arms(process, "info-gain-authors").values()) == ["grpo", "info-gain-authors"]
+    assert chosen_arms(process, "") == process
+    assert parse_args(["--task", "search", "--which", "process", "--arms", "retrieval"]).arms == "retrieval"
+    with pytest.raises(SystemExit):
+        parse_args(["--task", "search", "--which", "process", "--arms", "tree-grpo"])  # an arm of the tree comparison
+    assert "--arms: no arm tree-grpo in --which process" in capsys.readouterr().err

@@ -47,6 +47,8 @@ def test_eight_seeds_run_as_parallel_processes_with_rotating_held_out_templates(
             assert _value(argv, "--device") == "cuda" and _value(argv, "--policy") == "hf:smollm2-135m"
             assert _value(argv, "--threads") == str(args.threads)
         assert len({_value(argv, "--output-dir") for _, argv in commands}) == (1 if commands is search else 8)
+    for _, argv in search:
+        assert _value(argv, "--arms") == "grpo,retrieval,info-gain-authors"  # not the project's info-gain variant
     for _, argv in cal + study:
         assert _value(argv, "--heldout-seed") == "seed" and _value(argv, "--group-size") == "16"
     assert _value(cal[0][1], "--eval-tasks") == "16" and _value(cal[0][1], "--steps") == "1"  # make gpu-check's size
