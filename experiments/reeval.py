@@ -6,8 +6,9 @@ Loads each seed's warm start and every arm's final model (``<run>/model``, expor
 finished) from a ``compare --task search`` output directory (``--output-dir``), plays the same held-out episodes with
 each (``--eval-unseen`` questions whose text no training question has, ``--eval-samples`` each, the
 study's temperature, the outcome judge alone), and writes ``<output-dir>/reeval-unseen-<n>/summary.json``:
-per arm the success across seeds, and the paired differences against the comparison's first arm and
-against the warm start, each with its t interval on n - 1 degrees of freedom and its verdict
+per arm that every seed finished (a comparison whose first arm is missing is left out) the success
+across seeds, and the paired differences against the comparison's first arm and against the warm
+start, each with its t interval on n - 1 degrees of freedom and its verdict
 (``compare_stats.seeds_interval``).
 Each model's result is kept in ``<run>/reeval-unseen-<n>.json`` and reused when present. Every model
 is evaluated on ``--device`` (``auto``: a GPU when torch sees one), recorded in the summary.
@@ -67,15 +68,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary["warm_start_success"] = compare_stats.mean_se(starts)
     for which, arms in cs.COMPARISONS.items():
         finals: dict[str, list[float]] = {}
-        for label, name in arms.items():
+        for label, name in arms.items():  # the arms every seed finished (a study run with --arms holds some)
             runs = [study / "runs" / f"seed{s}" / name for s in seeds]
-            if not all((r / "model" / "config.json").exists() for r in runs):
-                break
-            finals[label] = [
-                _evaluate(r / "model", args, s, r / f"{tag}.json")["success"] for s, r in zip(seeds, runs, strict=True)
-            ]
-        else:
-            first = next(iter(finals))
+            if all((r / "model" / "config.json").exists() for r in runs):
+                finals[label] = [
+                    _evaluate(r / "model", args, s, r / f"{tag}.json")["success"]
+                    for s, r in zip(seeds, runs, strict=True)
+                ]
+        first = next(iter(arms))
+        if first in finals:  # the differences are read against the first arm
             summary["comparisons"][which] = {
                 label: {
                     "final_success": compare_stats.mean_se(v),
