@@ -145,5 +145,9 @@ def arm_config(name: str, base: TrainConfig, args: argparse.Namespace) -> TrainC
         authors = {"policy": "current", "final": "outcome", "belief": "span", "outcome": "f1"}
         kw = {**json.loads(base.env_kwargs), "judge_kwargs": {"progress/info_gain": authors}}
         loss = replace(base.loss, igpo=args.igpo_norm, process_coef=1.0)
-        return replace(base, judge="progress/info_gain", env_kwargs=json.dumps(kw), loss=loss)
+        # held-out success is the exact answer whatever an arm trains on: evaluate with the outcome judge
+        # (this arm's own judge scores the answer turn by F1 under its own term, which success does not read)
+        ev = {**json.loads(base.eval.env_kwargs), "judge": OUTCOME, "judge_kwargs": {}}
+        evaluation = replace(base.eval, env_kwargs=json.dumps(ev))
+        return replace(base, judge="progress/info_gain", env_kwargs=json.dumps(kw), loss=loss, eval=evaluation)
     raise ValueError(f"no search arm named {name!r}")

@@ -259,3 +259,28 @@ def test_arms_picks_runs_and_keeps_the_first_arm(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         parse_args(["--task", "search", "--which", "process", "--arms", "tree-grpo"])  # an arm of the tree comparison
     assert "--arms: no arm tree-grpo in --which process" in capsys.readouterr().err
+
+
+def test_the_authors_igpo_arm_is_evaluated_on_the_exact_answer() -> None:
+    """Its judge scores the answer turn by F1 under progress/info_gain's own term, which held-out
+    success does not read: the eval envs judge the exact answer, as every other arm's do."""
+    import gymnasium as gym
+
+    import prm_gym  # noqa: F401
+    from experiments.compare import arm_config, base_config, parse_args
+    from prm_gym.core.parsing import format_answer
+    from prm_gym.training.config_sections import LossConfig
+
+    assert LossConfig().outcome_terms == ("outcome",)
+    args = parse_args(["--task", "search"])
+    cfg = arm_config("info-gain-authors", base_config(args, Path("/nonexistent/warm"), 0), args)
+    assert cfg.judge == "progress/info_gain" and cfg.eval_env_kwargs["judge"] == "rule/exact_match"
+    kw = {**cfg.eval_env_kwargs, "num_tasks": 4}
+    env = gym.make(cfg.env, **kw)
+    try:
+        _, info = env.reset(seed=0)
+        task = env.unwrapped.task
+        _, reward, term, _, info = env.step(format_answer(task.answer[0]))
+    finally:
+        env.close()
+    assert term and reward == 1.0 and info["reward_outcome"] == 1.0  # the term success reads (outcome_terms)
