@@ -3,7 +3,9 @@ overall, per difficulty level and per env.
 
 Definitions (docs/training.md, "Evaluation"):
 
-* an episode *succeeds* when its outcome return reaches ``--eval.success-threshold``;
+* an episode *succeeds* when its outcome return reaches ``--eval.success-threshold`` (the terms the
+  training judges declare outcome; where ``--eval.env-kwargs`` gives the held-out envs a judge
+  without those terms, the terms that judge declares outcome);
 * ``pass@k`` is the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` over a task's ``n`` scored
   samples with ``c`` successes (Chen et al. 2021), averaged over tasks; a task with fewer than
   ``k`` scored samples uses ``k = n``;
@@ -229,11 +231,17 @@ def _evaluate_env(
     e, mixed = cfg.eval, len(cfg.env_ids) > 1
     probe = env_factory(env_id, chat.env_kwargs(cfg.eval_env_kwargs_for(env_id)), cfg.env_url)()
     try:
-        tasks = trainer_env(probe, where="eval.env_kwargs").tasks
+        base = trainer_env(probe, where="eval.env_kwargs")
+        tasks, kinds = base.tasks, dict(base.reward_kinds)
         ids = tasks.ids[: e.num_tasks]
         metas = {tid: tasks.get(tid).meta for tid in ids}
     finally:
         probe.close()
+    # success reads the outcome terms of the training judges, or, where the held-out envs judge with
+    # other terms (--eval.env-kwargs '{"judge": ...}'), the terms those judges declare outcome
+    outcome_terms = cfg.loss.outcome_terms
+    if not set(outcome_terms) & set(kinds):
+        outcome_terms = tuple(term for term, kind in kinds.items() if kind == "outcome")
     key = {tid: task_key(env_id, tid) if mixed else tid for tid in ids}
     groups = {key[tid]: _groups(meta, env_id, mixed) for tid, meta in metas.items()}
     params = SamplingParams(max_new_tokens=cfg.sampling.max_new_tokens, temperature=e.temperature)
@@ -244,7 +252,7 @@ def _evaluate_env(
             part = jobs[lo : lo + per_call]
             trajs = source.evaluate(env_id, part, params, cfg.sampling.max_context_tokens)
             for (tid, _), traj in zip(part, trajs, strict=True):
-                outcome, _ = outcome_and_process(traj, cfg.loss.outcome_terms)
+                outcome, _ = outcome_and_process(traj, outcome_terms)
                 success = outcome >= e.success_threshold
                 samples.append(EvalSample(key[tid], traj.total_reward, success, final_answer(traj), traj.infra_error))
             progress.update(len(part))

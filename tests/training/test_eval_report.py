@@ -125,3 +125,26 @@ def test_eval_mode_writes_pass_and_maj_at_the_chosen_k(tmp_path: Path) -> None:
     assert {"pass@1", "pass@3", "maj@1", "maj@3", "pass@3/env=prm/Math-v0"} <= set(result)
     assert any(k.startswith("maj@3/level=") for k in result)
     assert 0.0 <= result["pass@1"] <= result["pass@3"] <= 1.0
+
+
+def test_success_reads_the_held_out_judges_outcome_when_they_judge_otherwise(tiny_tokenizer: Any) -> None:
+    """A run trained on a judge with no outcome term (IGPO as its authors run it) and evaluated on the
+    exact answer (--eval.env-kwargs '{"judge": ...}'): success reads the held-out judges' outcome."""
+    from dataclasses import replace
+
+    env_kwargs = {"num_tasks": 4, "levels": [1], "max_turns": 1}
+    cfg = TrainConfig(
+        env_kwargs=json.dumps(env_kwargs),
+        judge="rule/format",
+        sampling=SamplingConfig(max_new_tokens=64),
+        eval=EvalConfig(
+            env_kwargs=json.dumps({"split": "test", "judge": "rule/math_equiv"}), num_tasks=2, samples=1, temperature=0
+        ),
+    )
+    cfg = replace(cfg, loss=replace(cfg.loss, outcome_terms=()))  # what the training judge declares outcome
+    probe = gym.make("prm/Math-v0", **cfg.eval_env_kwargs)
+    tasks = list(probe.unwrapped.tasks)[:2]  # type: ignore[attr-defined]
+    probe.close()
+    policy = FakePolicy(tiny_tokenizer, [f"<answer>{t.answer}</answer>" for t in tasks])
+    out = evaluate(policy, ChatTemplate(tiny_tokenizer, tools_block="compact"), cfg)
+    assert out["reward"] == 1.0 and out["success"] == 1.0
