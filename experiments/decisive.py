@@ -277,6 +277,11 @@ def summarize_math(folder: Path, runs: Sequence[Path]) -> dict[str, Any]:
             "primary": {"cell": PRIMARY_A, "pre_registered_seeds": PRIMARY_SEEDS, **(primary or {})},
         }
         summary |= {"secondary": {k: cells.get(k) for k in SECONDARY_A}, "learn_seeds": result}
+    return write_summary(folder, summary, text)
+
+
+def write_summary(folder: Path, summary: dict[str, Any], text: str) -> dict[str, Any]:
+    """``folder/summary.json`` and ``summary.md`` (``text``, also printed); returns ``summary``."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (folder / "summary.md").write_text(text)
@@ -377,10 +382,7 @@ def summarize_search(folder: Path) -> dict[str, Any]:
         text = "\n".join(lines) + "\n"
         summary = {"primary": {"cell": f"{arm} - {first}", "pre_registered_seeds": PRIMARY_SEEDS, **(primary or {})}}
         summary["compare"] = compare
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    (folder / "summary.md").write_text(text)
-    print(text, flush=True)
-    return summary
+    return write_summary(folder, summary, text)
 
 
 def phase_b(args: argparse.Namespace, out: Path) -> dict[str, Any]:
