@@ -513,37 +513,52 @@ def phase_grpo(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: The order the evaluations run in: the pre-registered primary cell's (GRPO and SFT continued, greedy,
+#: held-out templates) first, so a run cut short by a budget or a session's end still has it; each trained
+#: model per cell (they load in a second), the few-shot model (its GGUF is de-quantised, and its episodes run
+#: longest) after every trained one.
+CELLS = (("templates", "greedy"), ("numbers", "greedy"), ("templates", "sampled"), ("numbers", "sampled"))
+TRAINED = ("grpo", "sft_cont", "sft", "rft")
+
+
 def evaluate_all(
     out: Path, args: argparse.Namespace, devices: dict[str, str] | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``;
-    ``devices`` gets where each model evaluated in this call was."""
-    results: dict[str, list[dict[str, Any]]] = {}
-    (out / "evals").mkdir(parents=True, exist_ok=True)
+    """Every (model, set, mode) evaluation, each cached as ``evals/<model>-<set>-<mode>.json``, in the
+    order of :data:`CELLS` and :data:`TRAINED`; ``devices`` gets where each model evaluated in this call was."""
     evals = out / "evals"
-    for name in (*MODELS[1:], MODELS[0]):  # the trained models first: the few-shot episodes run longest
-        todo = [(s, m) for s in SETS for m in MODES if not record_file(evals, name, s, m).exists()]
-        if todo:
-            source = args.policy if name == "fewshot" else f"hf:{out / name / 'model'}"
-            model, tok = load(source, args)
+    evals.mkdir(parents=True, exist_ok=True)
+    order = [(name, s, m) for s, m in CELLS for name in TRAINED] + [("fewshot", s, m) for s, m in CELLS]
+    held: dict[str, Any] = {}  # the loaded model, kept while the next evaluation is of the same one
+    for name, s, m in order:
+        if record_file(evals, name, s, m).exists():
+            continue
+        if held.get("name") != name:
+            held.clear()
+            release()  # the last model leaves before the next one loads
+            model, tok = load(args.policy if name == "fewshot" else f"hf:{out / name / 'model'}", args)
+            held.update(name=name, model=model, tok=tok)
             if devices is not None:
                 devices[name] = model_device(model)
-            for s, m in todo:
-                t0 = time.perf_counter()
-                temperature = 0.0 if m == "greedy" else 1.0
-                recs = play(model, tok, args, s, temperature, args.seed + 10_000, fewshot=name == "fewshot")
-                record_file(evals, name, s, m).write_text(json.dumps(recs))
-                print(
-                    f"eval {name:8} {s:9} {m:7}: strict {rate(recs, 'strict')[0]:6.1%}, lenient "
-                    f"{rate(recs, 'lenient')[0]:6.1%} ({time.perf_counter() - t0:.0f} s)",
-                    flush=True,
-                )
-            del model
-            release()
-        for s in SETS:
-            for m in MODES:
-                results[record_key(name, s, m)] = json.loads(record_file(evals, name, s, m).read_text())
-    return {k: results[k] for k in sorted(results, key=lambda k: MODELS.index(k.split("-")[0]))}
+            del model, tok
+        t0 = time.perf_counter()
+        temperature = 0.0 if m == "greedy" else 1.0
+        recs = play(held["model"], held["tok"], args, s, temperature, args.seed + 10_000, fewshot=name == "fewshot")
+        record_file(evals, name, s, m).write_text(json.dumps(recs))
+        print(
+            f"eval {name:8} {s:9} {m:7}: strict {rate(recs, 'strict')[0]:6.1%}, lenient "
+            f"{rate(recs, 'lenient')[0]:6.1%} ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+    held.clear()
+    release()
+    results = {
+        record_key(name, s, m): json.loads(record_file(evals, name, s, m).read_text())
+        for name in MODELS
+        for s in SETS
+        for m in MODES
+    }
+    return results
 
 
 def summarise(

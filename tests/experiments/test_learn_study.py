@@ -292,3 +292,36 @@ def test_informative_groups_counts_the_last_row_of_each_step(study: ModuleType) 
     assert "dropped_per_step" not in got
     dapo = study.informative_groups([{**rows[1], "dynamic/dropped_groups": 2.0}])
     assert dapo["dropped_per_step"] == [2]
+
+
+def test_evaluations_run_the_primary_cell_first_load_each_model_once_a_cell_and_reuse_the_cache(
+    study: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run cut short (a budget, a session's end) still has the pre-registered primary cell (GRPO and
+    SFT continued, greedy, held-out templates): it is evaluated first, the few-shot model last, and a
+    cached evaluation is never played again."""
+    from experiments.learn_records import MODELS, MODES, SETS, record_file
+
+    played: list[tuple[str, str, str]] = []
+    loads: list[str] = []
+    monkeypatch.setattr(study, "load", lambda source, args: (loads.append(source) or source, "tok"))
+    monkeypatch.setattr(study, "model_device", lambda model: "cpu")
+
+    def play(model: str, tok: Any, args: Any, which: str, temperature: float, seed: int, fewshot: bool) -> list[Any]:
+        mode = "greedy" if temperature == 0.0 else "sampled"
+        played.append((model, which, mode))
+        return [{"task": "t", "template": "h01", "strict": True, "lenient": True, "calls": 1}]
+
+    monkeypatch.setattr(study, "play", play)
+    args = study.parse_args(["--output-dir", str(tmp_path)])
+    (tmp_path / "evals").mkdir()
+    record_file(tmp_path / "evals", "sft", "numbers", "sampled").write_text("[]")  # cached: not played again
+    results = study.evaluate_all(tmp_path, args, {})
+
+    names = ["fewshot" if p[0] == args.policy else Path(p[0]).parent.name for p in played]
+    cells = [(n, s, m) for n, (_, s, m) in zip(names, played, strict=True)]
+    assert cells[:2] == [("grpo", "templates", "greedy"), ("sft_cont", "templates", "greedy")]
+    assert set(cells) == {(n, s, m) for n in MODELS for s in SETS for m in MODES} - {("sft", "numbers", "sampled")}
+    assert len(cells) == len(set(cells)) == 19 and all(n == "fewshot" for n in names[-4:])
+    assert loads.count(args.policy) == 1 and len(loads) == 4 * 4 - 1 + 1  # a trained model a cell (one cached), the few-shot once
+    assert list(results)[:4] == [f"fewshot-{s}-{m}" for s in SETS for m in MODES] and len(results) == 20
