@@ -323,5 +323,6 @@ def test_evaluations_run_the_primary_cell_first_load_each_model_once_a_cell_and_
     assert cells[:2] == [("grpo", "templates", "greedy"), ("sft_cont", "templates", "greedy")]
     assert set(cells) == {(n, s, m) for n in MODELS for s in SETS for m in MODES} - {("sft", "numbers", "sampled")}
     assert len(cells) == len(set(cells)) == 19 and all(n == "fewshot" for n in names[-4:])
-    assert loads.count(args.policy) == 1 and len(loads) == 4 * 4 - 1 + 1  # a trained model a cell (one cached), the few-shot once
+    # a trained model a cell (one cell cached), the few-shot model once
+    assert loads.count(args.policy) == 1 and len(loads) == 4 * 4 - 1 + 1
     assert list(results)[:4] == [f"fewshot-{s}-{m}" for s in SETS for m in MODES] and len(results) == 20
