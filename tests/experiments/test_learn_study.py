@@ -304,7 +304,12 @@ def test_evaluations_run_the_primary_cell_first_load_each_model_once_a_cell_and_
 
     played: list[tuple[str, str, str]] = []
     loads: list[str] = []
-    monkeypatch.setattr(study, "load", lambda source, args: (loads.append(source) or source, "tok"))
+
+    def load(source: str, args: Any) -> tuple[str, str]:
+        loads.append(source)
+        return source, "tok"
+
+    monkeypatch.setattr(study, "load", load)
     monkeypatch.setattr(study, "model_device", lambda model: "cpu")
 
     def play(model: str, tok: Any, args: Any, which: str, temperature: float, seed: int, fewshot: bool) -> list[Any]:
