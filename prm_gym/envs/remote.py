@@ -14,10 +14,15 @@ a request that never reached the server (a refused connection) is retried.
 
 Failures, by who caused them (DESIGN.md, "Failures and verdicts"):
 
-* the server failed during a ``step`` (a 5xx: the env crashed or its backend is down; or no
-  answer within the deadline; or the session expired): the turn comes back with reward 0, every
-  term 0, ``info["reward_status"] = "infra_error"`` and ``truncated=True`` (the episode cannot
-  go on), never an exception into the trainer's rollout;
+* the server failed during a ``step`` (a 502-504: its env's backend is down, its worker died or
+  ran past the call deadline, the server is full; or no answer within the deadline; or the session
+  expired): the turn comes back with reward 0, every term 0, ``info["reward_status"] =
+  "infra_error"`` and ``truncated=True`` (the episode cannot go on), never an exception into the
+  trainer's rollout;
+* the env behind the server raised something that is not an infrastructure failure (prm-serve's
+  500: a bug such as a ``TypeError`` in a judge): :class:`RemoteEnvError` with status 500, raised
+  as the same env would raise locally, so a bug fails the run instead of being excluded as
+  ``infra_error`` (the server has closed the session; the next ``reset`` starts another);
 * the server failed while making a session or resetting: :class:`RemoteEnvUnavailable` (an
   :class:`~prm_gym.core.errors.InfraError`; a rollout worker drops the group);
 * the client sent something wrong (a 4xx): :class:`RemoteEnvError` with the server's reason;
@@ -47,7 +52,8 @@ from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
 
 
 class RemoteEnvError(PRMError):
-    """The env server refused a request the client made (a 4xx); the message is its reason."""
+    """The env server refused a request the client made (a 4xx), or the env behind it raised
+    something that is not an infrastructure failure (500, a bug); the message is the server's."""
 
     def __init__(self, status: int, reason: str):
         super().__init__(f"env server answered {status}: {reason}")
@@ -130,8 +136,8 @@ class RemoteEnv(gym.Env[str, str]):
 
     # ----------------------------------------------------------------- HTTP
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One call under one total deadline; a 4xx raises :class:`RemoteEnvError`, a 5xx,
-        a timeout or an unreachable server :class:`RemoteEnvUnavailable`."""
+        """One call under one total deadline; a 4xx or prm-serve's 500 (the env raised, a bug) raises
+        :class:`RemoteEnvError`; a 502-504, a timeout or an unreachable server :class:`RemoteEnvUnavailable`."""
         deadline = time.monotonic() + self.timeout_s
         content = dumps(body) if body is not None else None
         headers = {"content-type": "application/json"} if content is not None else None
@@ -162,7 +168,9 @@ class RemoteEnv(gym.Env[str, str]):
             raise RemoteEnvUnavailable(f"{method} {self.url}{path}: answer {status} is not JSON ({exc})") from exc
         if not isinstance(payload, dict):
             raise RemoteEnvUnavailable(f"{method} {self.url}{path}: answer {status} is not a prm-serve JSON object")
-        if status >= 500:
+        if status == 500:  # prm-serve's answer when the env raised what is not an InfraError (a bug)
+            raise RemoteEnvError(status, str(payload.get("error", payload)))
+        if status > 500:
             raise RemoteEnvUnavailable(f"env server answered {status}: {payload.get('error', payload)}")
         if status >= 400:
             raise RemoteEnvError(status, str(payload.get("error", payload)))
@@ -204,6 +212,9 @@ class RemoteEnv(gym.Env[str, str]):
             if exc.status == 409:
                 self._done = True
                 raise gym.error.ResetNeeded(str(exc)) from exc
+            if exc.status == 500:  # the env raised (a bug); the server closed the session
+                self._done = True
+                self._drop_session(wait=False)
             raise
         self._turn += 1
         terminated, truncated = bool(out["terminated"]), bool(out["truncated"])
