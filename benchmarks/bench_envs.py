@@ -200,7 +200,7 @@ def parse_cost(kind: str, pairs: list[tuple[Task, str]], reps: int) -> float:
 
 
 def contract_floor(reps: int, n: int = 20000) -> float:
-    """Median microseconds to build, from constants, the info dict DESIGN.md requires of a math
+    """Median microseconds to build, from constants, the info dict docs/contract.md requires of a math
     answer step (the reward term, status, ids, the judge's verdict, parse and tool diagnostics):
     a floor under any step that keeps the contract, whatever its parse and judges cost."""
 

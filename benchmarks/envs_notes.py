@@ -21,7 +21,7 @@ MISS_REASON = {
     "against '42'; no format or tool checks; an empty metadata dict); ours is the general step every prm/ env "
     "shares: the parse with its leniency (think blocks, markup imitation, tag balance, tool calls; one pass over "
     "the text), the pluggable judge expression with each judge's failure isolated, exact numeric comparison, and "
-    "the info contract of DESIGN.md. The floor, measured in this run: parse_action alone takes {parse} us and "
+    "the info contract of docs/contract.md. The floor, measured in this run: parse_action alone takes {parse} us and "
     "building the contract's info dict from constants {floor} us, {both} us together against skyrl-gym's "
     "{peer} us for the whole row, before any judging; the rest is ToolEnv.step in envs/base.py (the judge "
     "loop with verdict checks, the Turn record), a fixed cost per turn that does not grow with the reasoning's length",

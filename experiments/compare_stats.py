@@ -3,7 +3,7 @@ seeds, success rates and paired per-task differences, held-out success at matche
 and the plots.
 
 Held-out tasks are drawn from templates (phrasings), and the template is the unit of generalisation
-(docs/DESIGN.md, "Studies"): tasks of one template succeed or fail together, so a per-task standard
+(docs/learning.md): tasks of one template succeed or fail together, so a per-task standard
 error understates the uncertainty. :func:`clustered_mean` gives the cluster-robust (CR1 sandwich)
 standard error of a mean over G clusters, read with the t distribution on G - 1 degrees of freedom;
 seeds combine by :func:`seeds_interval`, a t interval on n_seeds - 1. :func:`verdict` calls a

@@ -7,9 +7,10 @@ The packages, lowest floor first (each imports only the floors below it):
 
 * ``prm_gym.core``: errors, the tool-call parser, task records, tool schemas, spaces, the policy
   protocol and model loading by id;
-* ``prm_gym.sandbox``: code execution and the SQL database layer;
+* ``prm_gym.sandbox``: code execution (bubblewrap, a warm pool, Docker);
 * ``prm_gym.rewards``: judges, PRMs and guards;
-* ``prm_gym.envs``: one Gymnasium env per tool family, ``ToolEnv`` and ``register_tool_env``;
+* ``prm_gym.envs``: one Gymnasium env per tool family (the SQL database layer in ``envs.sql``), ``ToolEnv``
+  and ``register_tool_env``;
 * ``prm_gym.agents``: policies, chat templates, rollouts;
 * ``prm_gym.training``: the trainer and ``train-agent``.
 """

@@ -1,7 +1,7 @@
 """ToolEnv: the multi-turn loop, parsing, tool calls, reward assembly and the info contract.
 
 Every prm/ env subclasses :class:`ToolEnv` and supplies tools, tasks and a prompt; the base
-class implements the contract of DESIGN.md once:
+class implements the contract of docs/contract.md once:
 
 * the action is the assistant's raw text for the turn, parsed by :mod:`prm_gym.core.parsing`;
   a malformed action is flagged in ``info["parse"]`` and by the ``rule/format`` term, never

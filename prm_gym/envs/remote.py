@@ -12,7 +12,7 @@ Each ``RemoteEnv`` holds one server session (made in the constructor, deleted by
 Every call has ONE total deadline (``timeout_s``) covering connecting, reading and retries; only
 a request that never reached the server (a refused connection) is retried.
 
-Failures, by who caused them (DESIGN.md, "Failures and verdicts"):
+Failures, by who caused them (docs/contract.md, "Failures and verdicts"):
 
 * the server failed during a ``step`` (a 502-504: its env's backend is down, its worker died or
   ran past the call deadline, the server is full; or no answer within the deadline; or the session

@@ -1,4 +1,4 @@
-"""The env contract of DESIGN.md, checked on every registered prm/ id."""
+"""The env contract of docs/contract.md, checked on every registered prm/ id."""
 
 from __future__ import annotations
 

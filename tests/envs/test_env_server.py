@@ -192,7 +192,7 @@ def test_bad_requests_get_4xx_with_a_reason() -> None:
 
 def test_an_env_that_raises_a_bug_gets_500_and_the_client_raises_as_locally(flaky: tuple[EnvServer, str]) -> None:
     """A bug in the env behind the server (not an InfraError) raises at the client, as the env raises
-    when local (DESIGN, "Failures and verdicts"): it is never excluded as infra_error."""
+    when local (docs/contract.md, "Failures and verdicts"): it is never excluded as infra_error."""
     server, url = flaky
     sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
     httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 0})

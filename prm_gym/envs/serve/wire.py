@@ -1,6 +1,6 @@
 """The env server's wire format: env values as JSON and back.
 
-An env's ``info`` holds nested dicts of scalars (DESIGN.md, the environment contract), which
+An env's ``info`` holds nested dicts of scalars (docs/contract.md, "Rewards and info"), which
 may include NumPy scalars and non-finite floats that JSON cannot carry. :func:`to_wire` turns a
 value into plain JSON data: NumPy scalars and arrays become Python numbers and lists, tuples
 become lists, a non-finite float becomes ``{"$float": "nan" | "inf" | "-inf"}``, and anything
