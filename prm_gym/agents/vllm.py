@@ -51,7 +51,8 @@ class VLLMPolicy:
             latest LoRA adapter instead once one is loaded.
         version: the served weights' version.
         max_in_flight: the most requests open at once across all servers.
-        timeout_s: per-request timeout.
+        timeout_s: one total deadline a request, from connecting to the last byte of the answer
+            (a server that drips its answer cannot hold a request longer).
         max_sessions: how many episode prefixes the sticky router remembers.
         seed: base of per-request seeds (``None``: the server's own randomness).
     """
@@ -151,7 +152,13 @@ class VLLMPolicy:
         async with gate:
             self._busy[server] += 1
             try:
-                resp = await client.post(f"{self.base_urls[server]}/completions", json=self._body(prompt, params, i))
+                body = self._body(prompt, params, i)
+                async with asyncio.timeout(self.timeout_s):
+                    resp = await client.post(f"{self.base_urls[server]}/completions", json=body)
+            except TimeoutError as exc:
+                raise PolicyServerError(
+                    f"policy server {self.base_urls[server]} did not answer within {self.timeout_s:g}s"
+                ) from exc
             except httpx.HTTPError as exc:
                 raise PolicyServerError(f"policy server {self.base_urls[server]} failed: {exc!r}") from exc
             finally:
