@@ -113,7 +113,7 @@ def register_tool_env(
     *,
     instructions: str = "When you know the answer, reply with it inside <answer></answer>.",
     tool_timeout_s: float | None = 30.0,
-    nondeterministic: bool = False,
+    nondeterministic: bool | None = None,
     overwrite: bool = False,
 ) -> None:
     """Register a Gymnasium env id whose agent uses ``tools`` to solve ``tasks``.
@@ -128,7 +128,8 @@ def register_tool_env(
         max_turns: turn budget (also Gymnasium's ``max_episode_steps``).
         instructions: appended to every task prompt.
         tool_timeout_s: a tool call taking longer is abandoned and flagged ``infra_error``.
-        nondeterministic: set True when a judge or tool is not deterministic (LLM judges).
+        nondeterministic: Gymnasium's flag; by default True when the judge expression names an LLM
+            judge (``llm/...``); set it True yourself when a tool is not deterministic.
         overwrite: replace an existing registration of ``env_id``.
 
     Raises:
@@ -144,7 +145,9 @@ def register_tool_env(
     for t in tool_list:
         if not callable(t.fn) or inspect.isclass(t.fn):
             raise ConfigError(f"{env_id}: tool {t.name!r} is not a function.")
-    parse_judge_spec(judge)
+    spec = parse_judge_spec(judge)
+    if nondeterministic is None:
+        nondeterministic = any(judge_id.startswith("llm/") for _, judge_id in spec.items)
     if inspect.isgenerator(tasks):
         tasks = list(cast(Iterable[Task | Mapping[str, Any]], tasks))
     if env_id in registry:

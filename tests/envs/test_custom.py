@@ -217,3 +217,15 @@ def test_a_task_list_serving_training_and_eval_warns(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", HeldOutOverlapWarning)
         build_run(TrainConfig(**base, eval=EvalConfig(tasks=str(other))))  # type: ignore[arg-type]
+
+
+def test_an_llm_judge_marks_the_registration_nondeterministic_unless_told() -> None:
+    """Gymnasium's ``nondeterministic`` flag (check_env and users read it) follows the judge: an
+    ``llm/`` judge samples, a rule judge does not; an explicit value wins."""
+    register_tool_env("test/Rule-v0", tools=[lookup], tasks=TASKS, overwrite=True)
+    register_tool_env("test/Llm-v0", tools=[lookup], tasks=TASKS, judge="rule/exact_match + llm/turn", overwrite=True)
+    register_tool_env(
+        "test/Told-v0", tools=[lookup], tasks=TASKS, judge="llm/turn", nondeterministic=False, overwrite=True
+    )
+    assert (gym.spec("test/Rule-v0").nondeterministic, gym.spec("test/Llm-v0").nondeterministic) == (False, True)
+    assert gym.spec("test/Told-v0").nondeterministic is False
