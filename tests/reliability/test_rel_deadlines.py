@@ -4,11 +4,15 @@ restart with every byte: 61.6 s and more than 120 s before)."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -85,6 +89,58 @@ def test_http_retriever_deadline_covers_the_whole_answer(dribbler: str) -> None:
         retriever.search("who wrote it?")
     elapsed = time.monotonic() - start
     print(f"\nhttp retriever vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2)")
+    assert elapsed < 3.5
+    retriever.close()
+
+
+def test_vllm_policy_deadline_covers_the_whole_answer(dribbler: str) -> None:
+    """It was per read: a server dribbling its answer held a request for as long as it liked."""
+    from prm_gym.agents.vllm import PolicyServerError, VLLMPolicy
+    from prm_gym.core.models import tiny_tokenizer
+    from prm_gym.core.policy import SamplingParams
+
+    policy = VLLMPolicy(dribbler + "/v1", tiny_tokenizer(), timeout_s=2.0)
+    start = time.monotonic()
+    with pytest.raises(PolicyServerError, match="within 2s"):
+        policy.generate([[5]], SamplingParams(max_new_tokens=4))
+    elapsed = time.monotonic() - start
+    print(f"\nvllm policy vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2)")
+    assert elapsed < 3.5
+
+
+@pytest.fixture
+def tls_dribbler(dribbler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The dribbler behind TLS (a self-signed certificate for 127.0.0.1, trusted through
+    ``SSL_CERT_FILE``): a TLS socket reads through its own buffers, so the plain-socket deadline
+    cannot bound it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    stop = threading.Event()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Dribbler,), {"stop": stop}))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}"
+    stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a test certificate")
+def test_http_retriever_deadline_covers_the_whole_answer_over_https(tls_dribbler: str) -> None:
+    retriever = HTTPRetriever(tls_dribbler, timeout_s=2.0)
+    start = time.monotonic()
+    with pytest.raises(RetrievalError, match="deadline"):
+        retriever.search("who wrote it?")
+    elapsed = time.monotonic() - start
+    print(f"\nhttps retriever vs a 1 byte/0.5 s server: gave up after {elapsed:.2f}s (timeout_s=2)")
     assert elapsed < 3.5
     retriever.close()
 

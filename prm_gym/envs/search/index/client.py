@@ -13,7 +13,8 @@ Each call has one total deadline (``timeout_s``, default 2 s: a BM25 search over
 well under a millisecond) covering connecting, sending and
 reading the whole answer, retry included: before every read the socket's timeout is set to what is
 left of it, so a server that dribbles a byte at a time cannot hold a step past it (a per-read
-timeout would restart with every byte). Over ``https://`` the bound is per read (TLS wraps the socket).
+timeout would restart with every byte), over ``http://`` and ``https://`` alike (the TLS socket's reads
+are bounded the same way, and its handshake).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import http.client
 import json
 import math
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from prm_gym.core.errors import ConfigError, RetrievalError, ToolError
@@ -48,46 +50,75 @@ def parse_hit(hit: Any) -> Passage:
 DEFAULT_TIMEOUT_S = 2.0
 
 
+def _bound(sock: socket.socket, deadline: float) -> None:
+    """Set ``sock``'s timeout to what is left until ``deadline``, or raise ``TimeoutError``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the call's deadline passed")
+    sock.settimeout(min(left, 1e9))
+
+
 class _DeadlineSocket(socket.socket):
     """A socket whose every read and send waits at most until ``deadline`` (``time.monotonic``)."""
 
     deadline = math.inf
 
-    def _left(self) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the call's deadline passed")
-        self.settimeout(min(left, 1e9))
-        return left
-
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        self._left()
+        _bound(self, self.deadline)
         return super().recv_into(buffer, nbytes, flags)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        self._left()
+        _bound(self, self.deadline)
+        super().sendall(data, flags)
+
+
+class _DeadlineTLSSocket(ssl.SSLSocket):
+    """The TLS twin of :class:`_DeadlineSocket` (``http.client`` reads a TLS socket through these)."""
+
+    deadline = math.inf
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        _bound(self, self.deadline)
+        return super().recv_into(buffer, nbytes, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        _bound(self, self.deadline)
         super().sendall(data, flags)
 
 
 class _DeadlineConnection(http.client.HTTPConnection):
-    """An ``http.client`` connection on a :class:`_DeadlineSocket` (TCP_NODELAY)."""
+    """An ``http.client`` connection whose every read and send waits at most until ``deadline``
+    (TCP_NODELAY; over TLS with ``tls=True``, the handshake bounded too)."""
 
     deadline = math.inf
+
+    def __init__(self, host: str, port: int | None, timeout: float, tls: bool = False):
+        super().__init__(host, port if port is not None else (443 if tls else None), timeout=timeout)
+        self._tls: ssl.SSLContext | None = None
+        if tls:
+            self._tls = ssl.create_default_context()
+            self._tls.sslsocket_class = _DeadlineTLSSocket
 
     def connect(self) -> None:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the call's deadline passed")
         raw = socket.create_connection((self.host, self.port), min(left, self.timeout or left))
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            _bound(raw, self.deadline)  # the handshake
+            tls = cast(_DeadlineTLSSocket, self._tls.wrap_socket(raw, server_hostname=self.host))
+            tls.deadline = self.deadline
+            self.sock = tls
+            return
         sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.deadline = self.deadline
         self.sock = sock
 
     def arm(self, deadline: float) -> None:
         """Bound this call (and a reconnect within it) by ``deadline``."""
         self.deadline = deadline
-        if isinstance(self.sock, _DeadlineSocket):
+        if isinstance(self.sock, (_DeadlineSocket, _DeadlineTLSSocket)):
             self.sock.deadline = deadline
 
 
@@ -118,7 +149,7 @@ class HTTPRetriever:
         self._host, self._port = parts.hostname, parts.port
         self._path = parts.path + (f"?{parts.query}" if parts.query else "")
         self._local = threading.local()
-        self._open: list[http.client.HTTPConnection] = []
+        self._open: list[_DeadlineConnection] = []
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int = 3) -> list[Passage]:
@@ -141,11 +172,10 @@ class HTTPRetriever:
         except (ValueError, KeyError, TypeError) as exc:
             raise RetrievalError(f"retrieval server {self.url} returned garbage ({exc})") from None
 
-    def _connection(self) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+    def _connection(self) -> _DeadlineConnection:
+        conn: _DeadlineConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            cls = http.client.HTTPSConnection if self._https else _DeadlineConnection
-            conn = self._local.conn = cls(self._host, self._port, timeout=self.timeout_s)
+            conn = self._local.conn = _DeadlineConnection(self._host, self._port, self.timeout_s, tls=self._https)
             with self._lock:
                 self._open.append(conn)
         return conn
@@ -155,29 +185,30 @@ class HTTPRetriever:
         deadline = time.monotonic() + self.timeout_s
         for attempt in (0, 1):
             conn = self._connection()
-            if isinstance(conn, _DeadlineConnection):
-                conn.arm(deadline)
+            conn.arm(deadline)
             fresh = conn.sock is None
             try:
                 conn.request("POST", self._path, body, {"Content-Type": "application/json"})
                 resp = conn.getresponse()
                 data = resp.read()
-            except TimeoutError:
-                conn.close()
-                raise RetrievalError(
-                    f"retrieval server {self.url} did not answer within the {self.timeout_s}s deadline"
-                ) from None
             except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                if fresh or attempt:
-                    raise RetrievalError(
-                        f"retrieval server {self.url} is unreachable ({type(exc).__name__}: {exc})"
-                    ) from None
+                self._failed(conn, exc, isinstance(exc, TimeoutError), fresh or bool(attempt))
                 continue
             if resp.will_close:
                 conn.close()
             return resp.status, data
         raise AssertionError("not reached: the second attempt returns or raises")  # pragma: no cover
+
+    def _failed(self, conn: http.client.HTTPConnection, exc: BaseException, timed_out: bool, last: bool) -> None:
+        """Close ``conn`` after ``exc``; raise :class:`RetrievalError` unless a retry may follow (a
+        kept-alive connection the server dropped, on the first attempt, within the deadline)."""
+        conn.close()
+        if timed_out:
+            raise RetrievalError(
+                f"retrieval server {self.url} did not answer within the {self.timeout_s}s deadline"
+            ) from None
+        if last:
+            raise RetrievalError(f"retrieval server {self.url} is unreachable ({type(exc).__name__}: {exc})") from None
 
     def close(self) -> None:
         """Close every thread's connection (a later call opens a new one)."""
