@@ -552,13 +552,12 @@ def evaluate_all(
         )
     held.clear()
     release()
-    results = {
+    return {
         record_key(name, s, m): json.loads(record_file(evals, name, s, m).read_text())
         for name in MODELS
         for s in SETS
         for m in MODES
     }
-    return results
 
 
 def summarise(

@@ -58,32 +58,27 @@ def _bound(sock: socket.socket, deadline: float) -> None:
     sock.settimeout(min(left, 1e9))
 
 
-class _DeadlineSocket(socket.socket):
-    """A socket whose every read and send waits at most until ``deadline`` (``time.monotonic``)."""
+class _Bounded:
+    """Every read and send of a socket class it is mixed into waits at most until ``deadline``
+    (``time.monotonic``): ``http.client`` reads and writes through these two, plain or TLS."""
 
     deadline = math.inf
 
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        _bound(self, self.deadline)
-        return super().recv_into(buffer, nbytes, flags)
+    def recv_into(self, *args: Any, **kwargs: Any) -> int:
+        _bound(cast(socket.socket, self), self.deadline)
+        return cast(int, super().recv_into(*args, **kwargs))  # type: ignore[misc]
 
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        _bound(self, self.deadline)
-        super().sendall(data, flags)
+    def sendall(self, *args: Any, **kwargs: Any) -> None:
+        _bound(cast(socket.socket, self), self.deadline)
+        super().sendall(*args, **kwargs)  # type: ignore[misc]
 
 
-class _DeadlineTLSSocket(ssl.SSLSocket):
-    """The TLS twin of :class:`_DeadlineSocket` (``http.client`` reads a TLS socket through these)."""
+class _DeadlineSocket(_Bounded, socket.socket):
+    """A plain socket bounded by :class:`_Bounded`."""
 
-    deadline = math.inf
 
-    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
-        _bound(self, self.deadline)
-        return super().recv_into(buffer, nbytes, flags)
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        _bound(self, self.deadline)
-        super().sendall(data, flags)
+class _DeadlineTLSSocket(_Bounded, ssl.SSLSocket):
+    """A TLS socket bounded by :class:`_Bounded` (the handshake is bounded before it starts)."""
 
 
 class _DeadlineConnection(http.client.HTTPConnection):
@@ -118,7 +113,7 @@ class _DeadlineConnection(http.client.HTTPConnection):
     def arm(self, deadline: float) -> None:
         """Bound this call (and a reconnect within it) by ``deadline``."""
         self.deadline = deadline
-        if isinstance(self.sock, (_DeadlineSocket, _DeadlineTLSSocket)):
+        if isinstance(self.sock, _Bounded):
             self.sock.deadline = deadline
 
 
