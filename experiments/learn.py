@@ -17,6 +17,7 @@ calculator calls each; 12 phrasings held out whole, :mod:`prm_gym.envs.math.word
    one learner update a step), ``--sft-continued-batch`` demonstrations a step (default GRPO's
    ``--tasks-per-step`` x ``--group-size`` episodes a step: the same sequences, about the same
    trained tokens). Like GRPO, its last model is scored (no validation selection).
+   ``--sft-continued-lr`` sets its rate instead (GRPO's ``--lr``: the control at GRPO's step size).
 4. **rft**: rejection-sampling fine-tuning (tuned). The sft policy plays the very episodes GRPO plays
    (its tasks and reset seeds, step by step: the compute-matched alternative); every success is
    kept with its multiplicity (a task solved k times weighs k; :func:`rft_successes`); then
@@ -280,19 +281,21 @@ def grpo_episodes(cfg: TrainConfig, train_ids: dict[str, list[str]]) -> list[tup
 
 def phase_sft_continued(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """GRPO's control: SFT continued from the sft checkpoint for GRPO's optimizer steps, saved to
-    ``sft_cont/model``. The same demonstrations and loss as SFT at SFT's (constant) learning rate, a
-    fresh AdamW (GRPO starts one too), another draw of batches (seed + 1); ``--steps`` steps (GRPO
+    ``sft_cont/model``. The same demonstrations and loss as SFT at SFT's (constant) learning rate, or
+    ``--sft-continued-lr`` (GRPO's ``--lr``: Adam's step on a weight is about the learning rate whatever
+    the loss, so that is GRPO's step size), a fresh AdamW (GRPO starts one too), another draw of batches (seed + 1); ``--steps`` steps (GRPO
     takes one learner update a step) of ``--sft-continued-batch`` demonstrations (default GRPO's
     episodes a step: the same sequences per update as GRPO, and about its trained tokens, since a
     demonstration's assistant tokens are about a GRPO episode's generated ones)."""
     model, tok = load(f"hf:{out / 'sft' / 'model'}", args)
     demos = demonstrations(chat_for(tok), args)
     batch = args.sft_continued_batch or args.tasks_per_step * args.group_size
+    lr = args.sft_continued_lr or args.sft_lr
     loss = sft(
         model,
         demos,
         args.steps,
-        args.sft_lr,
+        lr,
         batch,
         args.seed + 1,
         args.precision == "bf16",
@@ -304,7 +307,7 @@ def phase_sft_continued(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "steps": args.steps,
         "batch": batch,
-        "lr": args.sft_lr,
+        "lr": lr,
         "sequences": args.steps * batch,
         "assistant_tokens_expected": round(args.steps * batch * per_demo),
         "grpo_episodes": args.steps * args.tasks_per_step * args.group_size,
@@ -645,6 +648,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         help="demonstrations a step of the SFT-continued control (--steps steps); 0: GRPO's episodes a step",
+    )
+    p.add_argument(
+        "--sft-continued-lr",
+        type=float,
+        default=0.0,
+        help="learning rate of the SFT-continued control; 0: --sft-lr (GRPO's --lr gives it GRPO's step size)",
     )
     p.add_argument("--rft-epochs", type=float, default=2.0, help="passes over RFT's kept successes (capped below)")
     p.add_argument("--rft-max-steps", type=int, default=0, help="RFT's fine-tuning steps at most; 0: GRPO's --steps")

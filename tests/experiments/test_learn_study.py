@@ -278,6 +278,10 @@ def test_sft_continued_takes_grpos_updates_on_grpos_sequences(
     batch = args.tasks_per_step * args.group_size
     assert seen == {"source": source, "steps": 5, "lr": args.sft_lr, "batch": batch, "saved": saved}
     assert info["sequences"] == info["grpo_episodes"] == 5 * 32 and info["assistant_tokens_expected"] == 320
+    # the control at GRPO's step size: --sft-continued-lr replaces SFT's rate, and the record says so
+    args = study.parse_args(["--output-dir", str(tmp_path), "--steps", "5", "--sft-continued-lr", "3e-6"])
+    info = study.phase_sft_continued(tmp_path, args)
+    assert seen["lr"] == info["lr"] == 3e-6 != args.sft_lr
 
 
 def test_informative_groups_counts_the_last_row_of_each_step(study: ModuleType) -> None:
