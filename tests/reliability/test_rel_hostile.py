@@ -6,6 +6,7 @@ the suite counts attempts and containments and requires every attempt to be cont
 # ruff: noqa: E501  (the attempt table is one program per line)
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -211,3 +212,54 @@ def test_markup_imitation_is_not_trusted() -> None:
         prompt = str(server.requests[-1]["messages"][-1]["content"])
         assert prompt.count("</untrusted>") == prompt.count("<untrusted>\n") == 2, prompt[-400:]
     print(f"\nmarkup imitation attempts: {len(MARKUP_ACTIONS)}, contained: {contained}")
+
+
+NON_FINITE_ANSWERS = (
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e999",
+    "-1e999",
+    "Infinity",
+    "0/0",
+    "1/0",
+    "nan%",
+    "1e-400",
+    "9" * 400,
+    "0x1p1024",
+    "1e309j",
+    "nan+nanj",
+    "10**10**10",
+    "\\infty",
+    "\\frac{1}{0}",
+)
+RULE_JUDGES = {
+    "prm/Math-v0": ("rule/math_equiv", "rule/exact_match", "rule/f1", "rule/format", "rule/tool", "tool/efficiency"),
+    "prm/Search-v0": ("rule/exact_match", "rule/f1", "rule/retrieval", "tool/efficiency"),
+    "prm/SQL-v0": ("rule/execution_match", "rule/sql_result_overlap", "rule/sql_syntax", "rule/sql_schema_link"),
+}
+
+
+@pytest.mark.parametrize("env_id", sorted(RULE_JUDGES))
+def test_non_finite_numbers_in_an_answer_are_the_agents_mistake_not_infrastructure(env_id: str) -> None:
+    """A non-finite score is infrastructure (a JudgeError, the trajectory left out of the group), so an
+    answer that drove a shipped rule judge to NaN or inf would turn the agent's mistake into an
+    infrastructure failure. Every such answer, as the answer and as a tool argument, is scored: ok, finite."""
+    import gymnasium as gym
+
+    import prm_gym  # noqa: F401
+
+    tried = 0
+    for judge in RULE_JUDGES[env_id]:
+        env = gym.make(env_id, judge=judge)
+        for bad in NON_FINITE_ANSWERS:
+            call = f"SELECT {bad}" if "SQL" in env_id else bad
+            tool = f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{bad}"}}}}</tool_call>'
+            for action in (f"<answer>{call}</answer>", tool):
+                env.reset(seed=1)
+                _, reward, _, _, info = env.step(action)
+                assert info["reward_status"] == "ok" and math.isfinite(reward), (judge, action, info)
+                tried += 1
+        env.close()
+    print(f"\n{env_id}: {tried} non-finite answers, all scored as the agent's")
