@@ -69,7 +69,9 @@ class ToolEnv(gym.Env[str, str]):
         instructions: text appended to every task prompt (answer format, tool hints).
         judge_kwargs: keyword arguments per judge id, e.g. ``{"rule/math_equiv": {"timeout_s": 2}}``.
         tool_timeout_s: if set, each tool call runs in its own thread and a call that takes longer
-            is abandoned and flagged as an infrastructure error (a hung tool never blocks the env).
+            is the agent's failed call (it reads "no result within ..."; an async tool is cancelled,
+            a plain function abandoned): a hung tool never blocks the env, and the agent cannot turn
+            its arguments into ``infra_error``. A tool raises ``InfraError`` itself for an outside failure.
         tool_format: how the agent writes tool calls: ``hermes`` (default), ``llama3``, ``mistral``,
             ``qwen`` or ``openai`` (docs/tool_formats.md); the trainer sets it from the policy.
         render_mode: ``"ansi"`` or None.

@@ -127,7 +127,8 @@ def register_tool_env(
         judge: a judge expression.
         max_turns: turn budget (also Gymnasium's ``max_episode_steps``).
         instructions: appended to every task prompt.
-        tool_timeout_s: a tool call taking longer is abandoned and flagged ``infra_error``.
+        tool_timeout_s: a tool call taking longer is the agent's failed call (an async tool is
+            cancelled, a plain function abandoned); a tool raises ``InfraError`` for an outside failure.
         nondeterministic: Gymnasium's flag; by default True when the judge expression names an LLM
             judge (``llm/...``); set it True yourself when a tool is not deterministic.
         overwrite: replace an existing registration of ``env_id``.

@@ -4,8 +4,12 @@ result the agent reads, the output capped. :class:`prm_gym.envs.base.ToolEnv` ca
 :func:`call_tool` for each call of a turn.
 
 A tool's :class:`~prm_gym.core.errors.ToolError` is the agent's mistake (it sees the message);
-an :class:`~prm_gym.core.errors.InfraError` (or a missed deadline) is an outside failure and
-marks the result ``infra_error``; any other exception is reported to the agent as a failure.
+an :class:`~prm_gym.core.errors.InfraError` raised by the tool is an outside failure and marks the
+result ``infra_error``; any other exception is reported to the agent as a failure. A call past the
+env's deadline (``tool_timeout_s``) is the agent's failed call too: the agent chose the arguments,
+and a deadline miss it could turn into ``infra_error`` would let it hide a failure from the group
+(docs/contract.md). A tool that waits on an outside service gives its client its own deadline and
+raises ``InfraError`` when that passes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import inspect
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,8 +70,10 @@ def resolve_call(tools: Mapping[str, Tool], call: ToolCall) -> tuple[Tool, dict[
 
 
 def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) -> Any:
-    """Call ``tool``: directly, or in a daemon thread when it is async or has a deadline; a call
-    past ``timeout_s`` is abandoned and raises :class:`InfraError`."""
+    """Call ``tool``: directly, or in a daemon thread when it is async or has a deadline. A call past
+    ``timeout_s`` raises :class:`ToolError` (the agent's failed call); an async tool is cancelled at
+    the deadline and its thread ends, a plain function cannot be stopped and is abandoned, its thread
+    left running (:func:`abandoned_calls` counts them)."""
     if timeout_s is None and not inspect.iscoroutinefunction(tool.fn):
         return tool.fn(**arguments)
     box: dict[str, Any] = {}
@@ -74,7 +81,7 @@ def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) 
     def target() -> None:
         try:
             out = tool.fn(**arguments)
-            box["value"] = asyncio.run(_await(out)) if inspect.isawaitable(out) else out
+            box["value"] = asyncio.run(_await(out, timeout_s)) if inspect.isawaitable(out) else out
         except BaseException as exc:  # re-raised in the env's thread
             box["error"] = exc
 
@@ -82,10 +89,26 @@ def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) 
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        raise InfraError(f"no result within {timeout_s}s; the call was abandoned")
+        worker.join(_CANCEL_GRACE_S if inspect.iscoroutinefunction(tool.fn) else 0.0)
+        if worker.is_alive():
+            _ABANDONED.add(worker)
+        raise ToolError(f"no result within {timeout_s}s; the call was stopped")
+    if isinstance(box.get("error"), TimeoutError) and inspect.iscoroutinefunction(tool.fn):
+        raise ToolError(f"no result within {timeout_s}s; the call was stopped")  # cancelled at the deadline
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+_CANCEL_GRACE_S = 0.2
+"""How long the env waits for an async tool to finish its cancellation once its deadline passed."""
+_ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def abandoned_calls() -> int:
+    """Tool calls of this process past their deadline whose threads still run (plain functions, which
+    no thread deadline can stop: give such a tool its own bound, as the calculator does)."""
+    return sum(t.is_alive() for t in list(_ABANDONED))
 
 
 NO_CALLS: dict[str, Any] = {"calls": 0, "failed": 0, "ok": True, "name": "", "latency_s": 0.0}
@@ -104,5 +127,6 @@ def tool_info(results: Sequence[ToolResult]) -> dict[str, Any]:
     }
 
 
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+async def _await(awaitable: Any, timeout_s: float | None) -> Any:
+    async with asyncio.timeout(timeout_s):  # cancels the tool's coroutine at the deadline
+        return await awaitable

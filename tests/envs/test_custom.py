@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -81,10 +82,41 @@ def test_async_raising_and_hanging_tools_never_take_the_env_down(env_id: str) ->
     assert "hi" in obs and info["tool"]["ok"]
     obs, _, _, _, info = env.step(format_tool_call("explode", {"x": 3}))
     assert "RuntimeError: boom 3" in obs and not info["tool"]["ok"] and info["reward_status"] == "ok"
+    # a deadline miss is the agent's failed call: it chose the delay, and infra_error would hide the
+    # failure from its group; the async tool is cancelled, so no thread is left running
     start = time.perf_counter()
     obs, _, _, _, info = env.step(format_tool_call("slow_echo", {"text": "late", "delay": 5.0}))
     assert time.perf_counter() - start < 2.0
-    assert info["reward_status"] == "infra_error" and "0.5s" in obs
+    assert info["reward_status"] == "ok" and not info["tool"]["ok"] and "no result within 0.5s" in obs
+    assert not [t for t in threading.enumerate() if t.name == "tool-slow_echo"]
+
+
+def test_a_plain_tool_past_its_deadline_is_the_agents_failed_call_and_is_counted() -> None:
+    from prm_gym.envs.tool_calls import abandoned_calls
+
+    release = threading.Event()
+
+    def hang(seconds: float) -> str:
+        """Wait (a plain function: no thread deadline can stop it).
+
+        Args:
+            seconds: how long.
+        """
+        release.wait(seconds)
+        return "done"
+
+    register_tool_env("test/Hang-v0", tools=[hang], tasks=TASKS, tool_timeout_s=0.3, overwrite=True)
+    env = gym.make("test/Hang-v0")
+    env.reset(options={"task_id": "z"})
+    before = abandoned_calls()
+    obs, reward, _, _, info = env.step(format_tool_call("hang", {"seconds": 60}))
+    assert info["reward_status"] == "ok" and not info["tool"]["ok"] and "no result within 0.3s" in obs
+    assert abandoned_calls() == before + 1
+    release.set()  # the abandoned call returns; its result goes nowhere
+    deadline = time.monotonic() + 5
+    while abandoned_calls() > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert abandoned_calls() == before
 
 
 def test_tasks_from_file_and_callable(tmp_path: Path) -> None:
