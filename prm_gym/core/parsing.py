@@ -16,13 +16,14 @@ A turn with any issue executes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from prm_gym.core.tool_formats import ParseIssue, ToolCall, find_tagged, format_call, get_format
+from prm_gym.core.tool_formats import Extracted, ParseIssue, ToolCall, find_tagged, format_call, get_format
 
 __all__ = ["ParseIssue", "ParsedAction", "ToolCall", "format_answer", "format_tool_call", "parse_action"]
 
@@ -263,6 +264,12 @@ def parse_general(
         return ParsedAction(text[:max_chars], issues=tuple(issues), tool_format=tool_format)
     visible = _THINK_RE.sub("", text) if "<think>" in text else text
     found = fmt.extract(visible, answer_tag, max_tool_calls)
+    if "\\u" in visible:  # only a JSON escape can put an unpaired surrogate past coerce_text
+        found, replaced = _surrogates_replaced(found)
+        if replaced:
+            issues.append(
+                ParseIssue("invalid_unicode", "A JSON escape in the action encodes an unpaired surrogate (replaced).")
+            )
     imitated = [m for m in ENV_MARKUP if m in visible or (found.text is not visible and m in found.text)]
     if imitated:
         issues.append(
@@ -296,3 +303,30 @@ def parse_general(
             )
         )
     return ParsedAction(text, found.calls, answer, tuple(issues), tool_format)
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with unpaired surrogates in its strings (keys included) replaced by "?", as coerce_text does."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", errors="replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _surrogates_replaced(found: Extracted) -> tuple[Extracted, bool]:
+    """``found`` with the unpaired surrogates its JSON escapes decoded to (``"\\ud800"``) replaced in
+    the calls' names and arguments and in the text the answer is read from (an openai message's
+    content), and whether there were any: no tool, judge or index then meets text that cannot be
+    encoded, which would otherwise fail outside the agent's turn (a Lucene query raised)."""
+    calls = tuple(dataclasses.replace(c, name=_clean(c.name), arguments=_clean(c.arguments)) for c in found.calls)
+    text = _clean(found.text)
+    if calls == found.calls and text == found.text:
+        return found, False
+    return found._replace(calls=calls, text=text), True

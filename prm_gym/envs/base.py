@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import marshal
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
@@ -44,6 +45,9 @@ from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
 from prm_gym.rewards.protocol import AsyncJudge, Judge
 from prm_gym.rewards.scorer import TurnScorer
 from prm_gym.rewards.types import Turn
+
+#: A turn's tool calls stop being run after this many seconds (:class:`ToolEnv` ``turn_budget_s``).
+TURN_BUDGET_S = 20.0
 
 #: The most characters one observation may hold.
 MAX_OBS_CHARS = 1 << 20
@@ -68,6 +72,11 @@ class ToolEnv(gym.Env[str, str]):
         max_tool_output_chars: each tool output shown to the agent is cut to this length.
         instructions: text appended to every task prompt (answer format, tool hints).
         judge_kwargs: keyword arguments per judge id, e.g. ``{"rule/math_equiv": {"timeout_s": 2}}``.
+        turn_budget_s: once a turn's tool calls have taken this long, its remaining calls are not run
+            (each answers an error: the agent's failed call). A turn then lasts at most this plus one
+            call's own deadline, which is what keeps it inside a server's deadline for one step
+            (``prm-serve --call-timeout-s``, 60 s): were the step to miss that, the agent's slow calls
+            would come back as ``infra_error``. None: no budget.
         tool_timeout_s: if set, each tool call runs in its own thread and a call that takes longer
             is the agent's failed call (it reads "no result within ..."; an async tool is cancelled,
             a plain function abandoned): a hung tool never blocks the env, and the agent cannot turn
@@ -98,6 +107,7 @@ class ToolEnv(gym.Env[str, str]):
         instructions: str = "",
         judge_kwargs: dict[str, dict[str, Any]] | None = None,
         tool_timeout_s: float | None = None,
+        turn_budget_s: float | None = TURN_BUDGET_S,
         tool_format: str = "hermes",
         render_mode: str | None = None,
     ):
@@ -122,6 +132,9 @@ class ToolEnv(gym.Env[str, str]):
         self.max_tool_output_chars = max_tool_output_chars
         self.instructions = instructions
         self.tool_timeout_s = tool_timeout_s
+        if turn_budget_s is not None and not turn_budget_s > 0:
+            raise ConfigError(f"turn_budget_s must be > 0 or None, got {turn_budget_s!r}.")
+        self.turn_budget_s = turn_budget_s
         self.render_mode = render_mode
         self.action_space = UnicodeText(max_action_chars)
         self.observation_space = UnicodeText(MAX_OBS_CHARS)
@@ -312,12 +325,22 @@ class ToolEnv(gym.Env[str, str]):
     def _run_tools(self, calls: Sequence[ToolCall], recorded: tuple[ToolResult, ...] | None) -> list[ToolResult]:
         """Run this turn's calls, or during :meth:`fork` replay take the ``recorded`` results."""
         if recorded is None:
-            return [self._call_tool(c) for c in calls]
+            if self.turn_budget_s is None:
+                return [self._call_tool(c) for c in calls]
+            results, end = [], time.monotonic() + self.turn_budget_s
+            for c in calls:  # a call started within the budget runs to its own deadline
+                results.append(self._call_tool(c) if time.monotonic() < end else self._over_budget(c))
+            return results
         if len(recorded) != len(calls):
             raise RuntimeError(f"fork replay: a turn recorded {len(recorded)} tool results for {len(calls)} calls")
         for call, result in zip(calls, recorded, strict=True):
             self.replay_tool_result(call, result)
         return list(recorded)
+
+    def _over_budget(self, call: ToolCall) -> ToolResult:
+        """The agent's failed call, not run: the turn's earlier calls spent :attr:`turn_budget_s`."""
+        text = f"Error: not run; this turn's earlier tool calls used its {self.turn_budget_s:g}s budget."
+        return ToolResult(call.name, False, text)
 
     def _call_tool(self, call: ToolCall) -> ToolResult:
         return call_tool(self.tools, call, self.max_tool_output_chars, self._invoke)

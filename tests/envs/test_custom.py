@@ -261,3 +261,31 @@ def test_an_llm_judge_marks_the_registration_nondeterministic_unless_told() -> N
     )
     assert (gym.spec("test/Rule-v0").nondeterministic, gym.spec("test/Llm-v0").nondeterministic) == (False, True)
     assert gym.spec("test/Told-v0").nondeterministic is False
+
+
+def test_a_turns_calls_stop_running_once_they_spent_its_budget() -> None:
+    """Eight slow calls in one turn would outlast a server's deadline for one step (prm-serve answers
+    504, RemoteEnv: infra_error, the agent's slowness turned into infrastructure); past turn_budget_s
+    the turn's remaining calls are the agent's failed calls, not run."""
+    ran: list[float] = []
+
+    def nap(seconds: float) -> str:
+        """Sleep a while.
+
+        Args:
+            seconds: how long.
+        """
+        ran.append(seconds)
+        time.sleep(seconds)
+        return "rested"
+
+    register_tool_env("test/Nap-v0", tools=[nap], tasks=TASKS, tool_timeout_s=5.0, overwrite=True)
+    env = gym.make("test/Nap-v0", turn_budget_s=0.5)
+    env.reset(options={"task_id": "z"})
+    start = time.perf_counter()
+    obs, _, _, _, info = env.step(format_tool_call("nap", {"seconds": 0.3}) * 4)
+    assert time.perf_counter() - start < 1.5 and len(ran) == 2  # the third call began past the budget
+    assert info["reward_status"] == "ok" and info["tool"]["calls"] == 4 and info["tool"]["failed"] == 2
+    assert obs.count("rested") == 2 and obs.count("used its 0.5s budget") == 2
+    with pytest.raises(ConfigError, match="turn_budget_s"):
+        gym.make("test/Nap-v0", turn_budget_s=0)

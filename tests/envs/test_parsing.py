@@ -55,6 +55,28 @@ def test_malformed_inputs_are_flagged() -> None:
     assert "invalid_json" in codes(deep) or "action_too_long" in codes(deep)
 
 
+def test_json_escapes_of_unpaired_surrogates_are_replaced_in_every_format() -> None:
+    """``"\\ud800"`` in a call's JSON decodes to a string no encoder takes (pyserini's Lucene raised on
+    it, a retrieval server's tokenizer dropped the connection: infrastructure, by the agent's hand)."""
+    from prm_gym.core.parsing import parse_action
+
+    escaped = {
+        "hermes": '<tool_call>{"name": "search", "arguments": {"query": "\\ud800 x"}}</tool_call>',
+        "llama3": '{"name": "search", "parameters": {"query": "\\udfff x"}}',
+        "openai": '{"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": '
+        '{"name": "search", "arguments": "{\\"query\\": \\"\\\\ud800 x\\"}"}}]}',
+    }
+    for fmt, action in escaped.items():
+        parsed = parse_action(action, tool_format=fmt)
+        (call,) = parsed.tool_calls
+        call.arguments["query"].encode("utf-8")  # encodable now
+        assert call.arguments == {"query": "? x"} and [i.code for i in parsed.issues] == ["invalid_unicode"], fmt
+    answer = parse_action('{"role": "assistant", "content": "<answer>\\udc00</answer>"}', tool_format="openai")
+    assert answer.answer == "?" and [i.code for i in answer.issues] == ["invalid_unicode"]
+    pair = parse_action('<tool_call>{"name": "s", "arguments": {"q": "\\ud83d\\ude00"}}</tool_call>')
+    assert pair.tool_calls[0].arguments == {"q": "\U0001f600"} and not pair.issues  # a valid pair stays
+
+
 def test_too_many_calls_and_too_long() -> None:
     assert "too_many_tool_calls" in codes(format_tool_call("x", {}) * 9)
     assert codes("a" * (MAX_ACTION_CHARS + 1)) == ["action_too_long"]

@@ -166,6 +166,11 @@ def test_bad_queries_are_the_agents_error() -> None:
         index.search("river", 0)
     assert index.search("qqqq zzzz", 3) == []
     assert index.search("!!! ???", 3) == []
+    # a query's cost grows with its words: past 32 (under 1,024 characters) it is refused, so no agent
+    # can write one slow enough that a retrieval server's deadline counts it as infrastructure
+    assert len(index.search(" ".join(["river"] * 32), 3)) == 3
+    with pytest.raises(ToolError, match="33 words; the limit is 32"):
+        index.search(" ".join(["river"] * 33), 3)
 
 
 def _zipf_index(n: int = 6000, seed: int = 0) -> tuple[BM25Index, list[str]]:

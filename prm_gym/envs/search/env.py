@@ -156,7 +156,8 @@ class SearchEnv(ToolEnv):
     episode. The default corpus is a generated fictional world, so answers need retrieval. In a
     rollout, the searches of one turn of the envs sharing an index or retrieval server (a GRPO
     group) go to it as one batch request (:mod:`prm_gym.envs.turn_batch`); each episode gets the
-    passages it gets alone.
+    passages it gets alone. A query holds at most 1,024 characters and 32 words; a longer one is the
+    agent's failed call, so no query can be slow enough to miss a retrieval server's deadline.
 
     ## Action Space
     ``UnicodeText(32768)``: the assistant's raw text for the turn. ``<think>`` blocks are ignored.

@@ -25,6 +25,11 @@ from prm_gym.core.tasks import read_jsonl
 
 #: Longest query any backend accepts, in characters.
 MAX_QUERY_CHARS = 1024
+#: Most words a query may have (Google's limit): a query's cost grows with its terms, and an agent must
+#: not be able to write one slow enough that a retrieval server misses its deadline, which is counted
+#: as infrastructure. BM25 at 300k passages: the 32 most frequent words 112 ms, 146 of them 904 ms,
+#: a typical 3-word query 29 ms.
+MAX_QUERY_WORDS = 32
 #: Most passages one query may ask for.
 MAX_K = 100
 
@@ -76,6 +81,9 @@ def check_query(query: Any, k: Any) -> str:
         raise ToolError("query is empty; search for a few keywords, e.g. the name you are looking for.")
     if len(q) > MAX_QUERY_CHARS:
         raise ToolError(f"query has {len(q)} characters; the limit is {MAX_QUERY_CHARS}. Use a few keywords.")
+    words = len(q.split())
+    if words > MAX_QUERY_WORDS:
+        raise ToolError(f"query has {words} words; the limit is {MAX_QUERY_WORDS}. Use a few keywords.")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ToolError(f"k must be an integer from 1 to {MAX_K}, got {k!r}.")
     return q
