@@ -63,6 +63,22 @@ def test_writes_are_refused_and_nothing_changes(tmp_path: Path, stmt: str, copy:
     assert sorted(tmp_path.iterdir()) == files
 
 
+@pytest.mark.parametrize("copy", [False, True])
+def test_fts3_tokenizer_cannot_plant_a_pointer(tmp_path: Path, copy: bool) -> None:
+    """Two-argument fts3_tokenizer registers a tokenizer at a pointer the query gives, where SQLite is
+    built with ENABLE_FTS3_TOKENIZER (Debian's is): refused, like load_extension."""
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"), copy=copy)
+    for sql in (
+        "SELECT fts3_tokenizer('simple', x'4141414141414141')",
+        "SELECT fts3_tokenizer('simple')",
+        "SELECT load_extension('/nonexistent')",
+    ):
+        with pytest.raises(ToolError, match="not authorized|read-only"):
+            db.query(sql)
+    assert db.query("SELECT COUNT(*) FROM t").rows == ((100,),)
+    db.close()
+
+
 def test_refusal_message_is_clear(tmp_path: Path) -> None:
     db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
     with pytest.raises(ToolError, match="read-only"):

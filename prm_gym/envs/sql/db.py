@@ -119,7 +119,15 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+#: Functions no query may call, whatever the build of SQLite allows: ``fts3_tokenizer`` with two arguments
+#: registers a tokenizer at a pointer the caller gives (where SQLite is built with ENABLE_FTS3_TOKENIZER, as
+#: Debian's is), a known way to make the process jump to an address of the query's choosing.
+DENIED_FUNCTIONS = frozenset({"fts3_tokenizer", "load_extension"})
+
+
 def _authorizer(action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None) -> int:
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     if action in _ALLOWED_ACTIONS:
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
