@@ -4,21 +4,21 @@ Two phases, each its seeds as parallel processes sharing the one GPU (``--jobs``
 ``--threads`` torch threads each, default the cores shared out):
 
 **a (math)**: ``experiments.learn`` on SmolLM2-135M with make gpu-learn's GPU sizes
-(:data:`experiments.gpu_learn.LEARN_GPU`), seed ``k`` = 0..7 each with ``--seed k --heldout-seed seed``
-(the rotating split: 36 of 72 phrasings held out, drawn anew for every seed). learn runs all its arms:
-SFT, SFT continued (GRPO's control), tuned RFT (its ``--rft-lrs`` grid, the checkpoint chosen on
-validation) and GRPO; it has no flag to leave one out, so the few-shot arm is evaluated too (about a
-fifth of the evaluation time; its results are in the tables, not in the primary cell). Its size is
-calibrated in the first minute and a half by make gpu-check's own mechanism
-(:mod:`experiments.gpu_check`): every seed runs learn at the calibration size at once (so the timings
-carry the sharing), stopped at its first evaluation; the slowest seed's phase times
-(:func:`combine`) size the study's GRPO steps and held-out tasks (:func:`experiments.gpu_check.plan`)
-so that all seeds finish within ``--budget-s`` (480 s) of run time, calibration included. Then
-:mod:`experiments.learn_seeds` combines the finished seeds into ``<out>/math/summary.{json,md}``: per
-seed the paired difference on each held-out cell with its template-clustered 95% interval (t on
-templates - 1), and across seeds the 95% interval on seeds - 1 (the held-out templates differ by seed,
-so this interval also carries which phrasings were held out; no task is in every run, so learn_seeds'
-pooled interval is left out). Phase a starts afresh each time (its calibration and runs are removed).
+(:data:`experiments.gpu_learn.LEARN_GPU`), seed ``k`` = 0..7 each with ``--seed k --heldout-seed seed`` (the
+rotating split: 36 of 72 phrasings held out, drawn anew for every seed). learn runs all its arms: SFT, SFT
+continued (GRPO's control, at GRPO's learning rate: :data:`CONTROL_LR`), tuned RFT (its ``--rft-lrs`` grid,
+the checkpoint chosen on validation) and GRPO; it has no flag to leave one out, so the few-shot arm is
+evaluated too (about a fifth of the evaluation time; its results are in the tables, not in the primary cell).
+Its size is calibrated in the first minute and a half by make gpu-check's own mechanism
+(:mod:`experiments.gpu_check`): every seed runs learn at the calibration size at once (so the timings carry
+the sharing), stopped at its first evaluation; the slowest seed's phase times (:func:`combine`) size the
+study's GRPO steps and held-out tasks (:func:`experiments.gpu_check.plan`) so that all seeds finish within
+``--budget-s`` (480 s) of run time, calibration included. Then :mod:`experiments.learn_seeds` combines the
+finished seeds into ``<out>/math/summary.{json,md}``: per seed the paired difference on each held-out cell
+with its template-clustered 95% interval (t on templates - 1), and across seeds the 95% interval on seeds - 1
+(the held-out templates differ by seed, so this interval also carries which phrasings were held out; no task
+is in every run, so learn_seeds' pooled interval is left out). Phase a starts afresh each time (its
+calibration and runs are removed).
 
 **b (search)**: ``experiments.compare --task search --which process`` on prm/Search-v0 multi-hop
 questions with SmolLM2-135M (make gpu-learn's sizes, :data:`experiments.gpu_learn.COMPARE_GPU`, with
@@ -33,7 +33,9 @@ starts and arms are reused; an arm cut short starts again).
 
 Pre-registered primary cells (printed first, and first in each summary):
 
-* a: GRPO minus SFT continued, strict success, greedy, held-out templates; 8 seeds; 95% interval on t(7).
+* a: GRPO minus SFT continued at GRPO's learning rate, strict success, greedy, held-out templates; 8 seeds;
+  95% interval on t(7). (Amended 5 Dec 2026, before any run: the control was at SFT's rate; the one-seed
+  CPU controls showed that rate moves the policy far more than GRPO's, docs/learning.md.)
 * b: IGPO as its authors run it minus outcome only, final success on unseen questions; 8 seeds; t(7).
 
 ``<out>/decisive.json`` records the device and, for each phase, every process's command, exit status
@@ -74,6 +76,9 @@ from experiments.gpu_learn import (  # noqa: E402
     torch_sees_a_gpu,
 )
 
+CONTROL_LR = "3e-6"
+"""SFT continued's learning rate in phase a (``--sft-continued-lr``): GRPO's (learn's ``--lr`` default), so
+the control takes GRPO's updates at GRPO's step size."""
 PRIMARY_SEEDS = 8
 """The seeds of each phase on the GPU, pre-registered with the primary cells (t(7))."""
 PRIMARY_A = "grpo-vs-sft_cont-templates-greedy"
@@ -179,7 +184,7 @@ def learn_cmd(args: argparse.Namespace, seed: int, folder: Path, size: Sequence[
     device = "cpu" if args.dry_run else "cuda"
     sets = [*size] if args.dry_run else ["--policy", args.policy, "--threads", str(args.threads), *size]
     cmd = ["-m", "experiments.learn", "--device", device, "--output-dir", str(folder)]
-    seeds = ["--seed", str(seed), "--heldout-seed", "seed"]
+    seeds = ["--seed", str(seed), "--heldout-seed", "seed", "--sft-continued-lr", CONTROL_LR]
     return [*cmd, *without(LEARN_DRY if args.dry_run else LEARN_GPU, sets), *sets, *seeds]
 
 
@@ -253,7 +258,10 @@ def summarize_math(folder: Path, runs: Sequence[Path]) -> dict[str, Any]:
     else:
         cells = result["comparisons"]
         primary = cells.get(PRIMARY_A)
-        head = "Primary (pre-registered): GRPO − SFT continued, strict success, greedy, held-out templates"
+        head = (
+            "Primary (pre-registered): GRPO − SFT continued at GRPO's learning rate, strict success, greedy, "
+            "held-out templates"
+        )
         lines = ["# Decisive study, phase a (math)", ""]
         lines.append(f"**{cell_line(head, primary)}**" if primary else f"**{head}: not measured (missing arms).**")
         if primary:
@@ -454,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             (out / "decisive.json").write_text(json.dumps(record, indent=2, default=str))
     for phase, p in record["phases"].items():
         c = p.get("primary") or {}
-        what = {"a": "GRPO − SFT continued (templates, greedy)", "b": " − ".join(PRIMARY_B) + " (unseen)"}[phase]
+        a = "GRPO − SFT continued at GRPO's lr (templates, greedy)"
+        what = {"a": a, "b": " − ".join(PRIMARY_B) + " (unseen)"}[phase]
         said = cell_line(what, c) if c.get("mean") is not None else f"{what}: not measured"
         print(f"decisive {phase}: {said}", flush=True)
     return status(record["phases"])

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from experiments import decisive
+from experiments import learn as learn_study
 
 ROOT = Path(__file__).resolve().parents[2]
 CAL = {"sft_s": 20.0, "rft_s": 8.0, "grpo_s": 9.0, "eval_s": 4.0, "rollout_s": 3.0, "learn_s": 1.0}
@@ -49,8 +50,10 @@ def test_eight_seeds_run_as_parallel_processes_with_rotating_held_out_templates(
         assert len({_value(argv, "--output-dir") for _, argv in commands}) == (1 if commands is search else 8)
     for _, argv in search:
         assert _value(argv, "--arms") == "grpo,retrieval,info-gain-authors"  # not the project's info-gain variant
+    grpo_lr = learn_study.parse_args([]).lr
     for _, argv in cal + study:
         assert _value(argv, "--heldout-seed") == "seed" and _value(argv, "--group-size") == "16"
+        assert float(_value(argv, "--sft-continued-lr")) == grpo_lr  # the control at GRPO's step size
     assert _value(cal[0][1], "--eval-tasks") == "16" and _value(cal[0][1], "--steps") == "1"  # make gpu-check's size
     assert _value(study[3][1], "--steps") == "5" and _value(study[3][1], "--eval-tasks") == "120"
     assert _value(study[3][1], "--output-dir") == str(tmp_path / "math" / "seed3")
@@ -116,7 +119,8 @@ def test_the_math_summary_puts_the_pre_registered_primary_cell_first(tmp_path: P
     md = (tmp_path / "summary.md").read_text()
     first = md.split("\n\n")[1]
     assert first.startswith(
-        "**Primary (pre-registered): GRPO − SFT continued, strict success, greedy, held-out templates"
+        "**Primary (pre-registered): GRPO − SFT continued at GRPO's learning rate, strict success, greedy, "
+        "held-out templates"
     )
     assert "+58.3 ± 8.3 points over 2 seeds" in first and "t(1)" in first
     assert "(pre-registered 8 seeds, t(7): 2 finished)" in first
