@@ -9,10 +9,16 @@ Requests are async (httpx), batched, bounded by ``concurrency``, retried with ex
 on timeouts, transport errors, 429 and 5xx, and cached by a hash of the exact request. Each
 verdict has one total deadline, ``timeout_s`` (default 30 s), covering connecting, reading and
 every retry with its backoff: a server that dribbles a byte at a time, or hangs, costs at most
-that per verdict. Anything
-else (a 4xx, an unparseable, out-of-range or non-finite verdict, retries exhausted) raises
-:class:`prm_gym.core.errors.JudgeError`, which the env reports as ``reward_status="infra_error"``.
-Reward-hacking guards (:mod:`prm_gym.rewards.guards`) run first and give the minimum score without a call.
+that per verdict. A failure of the service (a 4xx, a malformed chat completion, retries exhausted)
+raises :class:`prm_gym.core.errors.JudgeError`, which the env reports as ``reward_status="infra_error"``.
+A well-formed completion whose verdict is unusable (not JSON, no ``score``, out of range, non-finite)
+scores the minimum, 0, with the reason in the verdict's ``detail`` (``usage.unusable`` counts them): the
+text the judge read is the agent's, and an agent that talked the judge out of its format must not have
+its turn left out of the group as infrastructure. Reward-hacking guards (:mod:`prm_gym.rewards.guards`)
+run first and give the minimum score without a call. The prompt holds at most ``max_prompt_chars``
+characters: the task, the graded turn and its tool results are cut in the middle past a quarter of it
+each, and the oldest turns of the history are left out first, so a long episode cannot overflow the
+judge model's context (a 400: infrastructure, by the agent's hand).
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ class Usage:
 
     ``requests`` counts every HTTP request sent (retries and failed ones included) and
     ``latency_s`` their total time; ``retries`` the repeated attempts; ``errors`` the verdicts
-    that failed (each raised a JudgeError).
+    that failed (each raised a JudgeError); ``unusable`` the replies scored the minimum because their
+    verdict could not be read.
     """
 
     requests: int = 0
@@ -79,6 +86,7 @@ class Usage:
     unparsed: int = 0
     retries: int = 0
     errors: int = 0
+    unusable: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
@@ -108,6 +116,14 @@ def parse_verdict(content: str, max_score: float) -> tuple[float, str]:
     return float(score) / max_score, str(obj.get("reason", ""))[:200]
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text``, or its two ends around a marked cut when it is longer than ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
 def _untrusted(text: str) -> str:
     return "<untrusted>\n" + text.replace("</untrusted>", "&lt;/untrusted&gt;") + "\n</untrusted>"
 
@@ -132,6 +148,7 @@ class LLMJudge:
             (``response_format`` of type ``json_schema``; vLLM and llama.cpp support it), which
             lets small judge models answer in the strict format.
         cache_size: verdicts kept in the content-hash cache (0 disables it).
+        max_prompt_chars: the longest user message sent (see the module doc: what is cut, and in which order).
         name: the id reported in ``info["judge"]``; term: the reward term it feeds.
     """
 
@@ -153,13 +170,18 @@ class LLMJudge:
         guards: bool | dict[str, Any] | GuardConfig = True,
         structured: bool = False,
         cache_size: int = 4096,
+        max_prompt_chars: int = 24_000,
         name: str | None = None,
         term: str | None = None,
     ):
         if mode not in ("turn", "trajectory"):
             raise ConfigError(f"LLMJudge mode must be 'turn' or 'trajectory', got {mode!r}.")
-        if max_score <= 0 or concurrency < 1 or max_retries < 0 or timeout_s <= 0:
-            raise ConfigError("LLMJudge: max_score, concurrency and timeout_s must be > 0, max_retries >= 0.")
+        if max_score <= 0 or concurrency < 1 or max_retries < 0 or timeout_s <= 0 or max_prompt_chars < 1000:
+            raise ConfigError(
+                "LLMJudge: max_score, concurrency and timeout_s must be > 0, max_retries >= 0, "
+                "max_prompt_chars >= 1000."
+            )
+        self.max_prompt_chars = max_prompt_chars
         self.mode = mode
         self.name = name or f"llm/{mode}"
         self.term = term or ("process" if mode == "turn" else "outcome")
@@ -188,16 +210,25 @@ class LLMJudge:
     def messages(self, turn: Turn) -> list[dict[str, str]]:
         """The chat messages sent to the judge model for ``turn``."""
         system = _SYSTEM.format(rubric=self.rubric, max_score=f"{self.max_score:g}")
-        parts = [f"# Task\n{_untrusted(turn.task.prompt)}"]
+        quarter = self.max_prompt_chars // 4
+        head = [f"# Task\n{_untrusted(_cut(turn.task.prompt, quarter))}"]
         if turn.task.answer is not None and self.mode == "trajectory":
-            parts.append(f"# Reference answer\n{turn.task.answer}")
-        for i, (action, obs) in enumerate(turn.history, 1):
-            parts.append(f"# Turn {i}\n## Assistant\n{_untrusted(action)}\n## Environment\n{_untrusted(obs)}")
-        latest = f"# Turn {turn.index + 1} (the one to grade)\n## Assistant\n{_untrusted(turn.action)}"
+            head.append(f"# Reference answer\n{_cut(str(turn.task.answer), quarter)}")
+        latest = f"# Turn {turn.index + 1} (the one to grade)\n## Assistant\n{_untrusted(_cut(turn.action, quarter))}"
         if turn.tool_results:
             outputs = "\n".join(f"[{r.name}, ok={r.ok}] {r.output}" for r in turn.tool_results)
-            latest += f"\n## Tool results\n{_untrusted(outputs)}"
-        parts.append(latest)
+            latest += f"\n## Tool results\n{_untrusted(_cut(outputs, quarter))}"
+        room = self.max_prompt_chars - sum(map(len, head)) - len(latest)
+        history: list[str] = []
+        for i in range(len(turn.history), 0, -1):  # the latest turns first; the oldest are left out first
+            action, obs = turn.history[i - 1]
+            part = f"# Turn {i}\n## Assistant\n{_untrusted(action)}\n## Environment\n{_untrusted(obs)}"
+            if len(part) > room:
+                history.append(f"# Turns 1-{i}: left out (the judge's prompt holds {self.max_prompt_chars} characters)")
+                break
+            history.append(part)
+            room -= len(part) + 2
+        parts = [*head, *reversed(history), latest]
         return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
     def response_format(self) -> dict[str, Any]:
@@ -287,13 +318,14 @@ class LLMJudge:
         latency = time.perf_counter() - start
         try:
             content = data["choices"][0]["message"]["content"]
-            score, reason = parse_verdict(str(content), self.max_score)
         except (KeyError, IndexError, TypeError) as exc:
             self.usage.errors += 1
             raise JudgeError(f"{self.name}: malformed chat completion: {str(data)[:200]}") from exc
-        except JudgeError as exc:
-            self.usage.errors += 1
-            raise JudgeError(f"{self.name}: {exc}") from exc
+        try:
+            score, reason = parse_verdict(str(content), self.max_score)
+        except JudgeError as exc:  # the service answered; what it said is unusable: the minimum, not infra
+            self.usage.unusable += 1
+            return Verdict(0.0, latency_s=latency, tokens=self._record_usage(data), detail=f"unusable verdict: {exc}")
         tokens = self._record_usage(data)
         if self.cache_size > 0:
             self._cache[key] = (score, reason)

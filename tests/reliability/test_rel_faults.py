@@ -22,6 +22,10 @@ RATE = 0.3
 GOOD = '{"score": 7, "reason": "fine"}'
 
 
+UNUSABLE = ("garbage", "nan", "inf", "out_of_range")
+"""Replies the judge model sent whose verdict cannot be read: scored the minimum (the text it read was the agent's)."""
+
+
 class ScriptedJudgeServer:
     """A fake judge endpoint whose next reply is chosen per turn: fine, or one kind of fault."""
 
@@ -68,6 +72,7 @@ def test_judge_faults_are_flagged_one_for_one() -> None:
     env = _judge_env(judge.server.base_url, timeout_s)
     rng = np.random.default_rng(11)
     injected: dict[str, int] = {}
+    unusable: dict[str, int] = {}
     flagged = slow_ok = 0
     try:
         env.reset(seed=0)
@@ -79,7 +84,11 @@ def test_judge_faults_are_flagged_one_for_one() -> None:
                 f'Step {i}: <tool_call>{{"name": "calculator", "arguments": {{"expression": "{i} + 1"}}}}</tool_call>'
             )
             _, reward, _, _, info = env.step(action)
-            if kind not in (None, "slow"):
+            if kind in UNUSABLE:  # the service answered: an unusable verdict is the minimum, never infra
+                unusable[kind] = unusable.get(kind, 0) + 1
+                assert info["reward_status"] == "ok", (kind, info)
+                assert info["reward_process"] == 0.0
+            elif kind not in (None, "slow"):
                 injected[kind] = injected.get(kind, 0) + 1
                 assert info["reward_status"] == "infra_error", (kind, info)
                 assert "error" in info["judge"]["llm/turn"]
@@ -91,13 +100,16 @@ def test_judge_faults_are_flagged_one_for_one() -> None:
             flagged += info["reward_status"] == "infra_error"
             assert np.isfinite(reward)
     finally:
+        judge_usage = next(j for _, j in env.judges if j.name == "llm/turn").usage
         env.close()
         judge.server.close()
-    assert sum(injected.values()) >= 10 and len(injected) >= 5
+    assert sum(injected.values()) >= 5 and len(injected) >= 2 and len(unusable) >= 2
     assert flagged == sum(injected.values())
+    assert judge_usage.unusable == sum(unusable.values())  # each counted by the judge, none raised
     assert slow_ok >= 3
     print(
-        f"\njudge faults: 60 turns, injected {sum(injected.values())} {injected}, flagged {flagged}, slow ok {slow_ok}"
+        f"\njudge faults: 60 turns, service faults {sum(injected.values())} {injected}, flagged {flagged}; "
+        f"unusable verdicts {sum(unusable.values())} {unusable}, scored 0; slow ok {slow_ok}"
     )
 
 

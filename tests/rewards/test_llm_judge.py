@@ -100,9 +100,29 @@ def test_non_finite_verdict_is_an_error() -> None:
     assert parse_verdict('```json\n{"score": 10, "reason": "ok"}\n```', 10.0) == (1.0, "ok")
 
 
-def test_unparseable_reply_from_server_raises() -> None:
-    with FakeOpenAIServer(reply=lambda m: "I think it deserves a 9.") as srv, pytest.raises(JudgeError):
-        score_batch(LLMJudge(base_url=srv.base_url), [turn(step("Multiply 6 by 7."))])
+@pytest.mark.parametrize("reply", ["I think it deserves a 9.", '{"score": NaN}', '{"score": 11}', '{"reason": "x"}'])
+def test_an_unusable_verdict_scores_the_minimum_not_infrastructure(reply: str) -> None:
+    """The judge read the agent's text: an agent that talked it out of its format must not have the turn
+    left out of its group as infrastructure (a JudgeError); it gets the minimum, with the reason."""
+    with FakeOpenAIServer(reply=lambda m: reply) as srv:
+        judge = LLMJudge(base_url=srv.base_url)
+        (verdict,) = score_batch(judge, [turn(step("Multiply 6 by 7."))])
+    assert verdict.score == 0.0 and verdict.detail.startswith("unusable verdict:")
+    assert judge.usage.unusable == 1 and judge.usage.errors == 0
+
+
+def test_the_prompt_stays_within_its_budget_however_long_the_episode(server: FakeOpenAIServer) -> None:
+    """A long episode must not overflow the judge model's context (its 400 would be infrastructure by
+    the agent's hand): the graded turn is cut in the middle, the oldest turns are left out first."""
+    judge = LLMJudge(base_url=server.base_url, max_prompt_chars=4000)
+    long = "x" * 50_000
+    history = tuple((f"turn {i} " + long, "ok") for i in range(9))
+    user = judge.messages(turn(step(long + " END"), 9, history))[1]["content"]
+    assert len(user) <= 4000 + 400  # the budget, plus the headings and fences around the cut pieces
+    assert "END" in user and "characters cut" in user and "# Turns 1-9: left out" in user
+    assert "# Turn 1\n" not in user
+    # a short episode is sent whole
+    assert "# Turn 1\n" in judge.messages(turn(step("6*7"), 2, (("a", "b"), ("c", "d"))))[1]["content"]
 
 
 def test_bounded_concurrency() -> None:
