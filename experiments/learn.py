@@ -282,11 +282,11 @@ def grpo_episodes(cfg: TrainConfig, train_ids: dict[str, list[str]]) -> list[tup
 def phase_sft_continued(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """GRPO's control: SFT continued from the sft checkpoint for GRPO's optimizer steps, saved to
     ``sft_cont/model``. The same demonstrations and loss as SFT at SFT's (constant) learning rate, or
-    ``--sft-continued-lr`` (GRPO's ``--lr``: Adam's step on a weight is about the learning rate whatever
-    the loss, so that is GRPO's step size), a fresh AdamW (GRPO starts one too), another draw of batches (seed + 1); ``--steps`` steps (GRPO
-    takes one learner update a step) of ``--sft-continued-batch`` demonstrations (default GRPO's
-    episodes a step: the same sequences per update as GRPO, and about its trained tokens, since a
-    demonstration's assistant tokens are about a GRPO episode's generated ones)."""
+    ``--sft-continued-lr`` (GRPO's ``--lr``: Adam's step on a weight is about the learning rate whatever the
+    loss, so that is GRPO's step size), a fresh AdamW (GRPO starts one too), another draw of batches (seed + 1);
+    ``--steps`` steps (GRPO takes one learner update a step) of ``--sft-continued-batch`` demonstrations
+    (default GRPO's episodes a step: the same sequences per update as GRPO, and about its trained tokens, since
+    a demonstration's assistant tokens are about a GRPO episode's generated ones)."""
     model, tok = load(f"hf:{out / 'sft' / 'model'}", args)
     demos = demonstrations(chat_for(tok), args)
     batch = args.sft_continued_batch or args.tasks_per_step * args.group_size

@@ -73,7 +73,7 @@ def test_fts3_tokenizer_cannot_plant_a_pointer(tmp_path: Path, copy: bool) -> No
         "SELECT fts3_tokenizer('simple')",
         "SELECT load_extension('/nonexistent')",
     ):
-        with pytest.raises(ToolError, match="not authorized|read-only"):
+        with pytest.raises(ToolError, match=r"not authorized|read-only"):
             db.query(sql)
     assert db.query("SELECT COUNT(*) FROM t").rows == ((100,),)
     db.close()
