@@ -68,6 +68,18 @@ def test_bad_requests_get_clear_4xx(server: RetrievalServer) -> None:
         HTTPRetriever(server.url).search("   ", 3)
 
 
+def test_a_backend_bug_answers_500_instead_of_dropping_the_connection(index: BM25Index) -> None:
+    class Buggy:
+        def search_batch(self, queries: list[str], k: int) -> list[list[object]]:
+            raise TypeError("a bug in the backend")
+
+    with RetrievalServer(Buggy(), port=0).start() as srv:  # type: ignore[arg-type]
+        r = httpx.post(srv.url + "/retrieve", json={"queries": ["river"], "topk": 3})
+        assert r.status_code == 500 and "TypeError: a bug in the backend" in r.json()["error"]
+        with pytest.raises(RetrievalError, match="HTTP 500"):
+            HTTPRetriever(srv.url).search("river", 3)
+
+
 def test_server_down_is_a_retrieval_error(index: BM25Index) -> None:
     srv = RetrievalServer(index, port=0)
     url = srv.url

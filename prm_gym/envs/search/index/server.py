@@ -106,6 +106,9 @@ class _Handler(BaseHTTPRequestHandler):
         except PRMError as exc:
             self._reply(503, {"error": f"{type(exc).__name__}: {exc}"})
             return
+        except Exception as exc:  # a bug in a backend: answer 500 (not a dropped connection), then log it
+            self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+            raise
         out = [
             [{"document": p.to_dict(), "score": p.score} if scores else p.to_dict() for p in hits] for hits in results
         ]
