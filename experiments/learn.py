@@ -708,6 +708,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check_resumed(name: str, record: dict[str, Any], args: argparse.Namespace) -> None:
+    """Refuse to resume a phase trained with another learning rate than this command asks for (a rerun
+    with a new ``--sft-continued-lr`` would otherwise read the old model as the new arm)."""
+    wanted = {"sft_cont": args.sft_continued_lr or args.sft_lr}.get(name)
+    if wanted is not None and "lr" in record and not math.isclose(record["lr"], wanted):
+        raise SystemExit(
+            f"learn: {name} in this --output-dir was trained at lr {record['lr']:g}, not {wanted:g}; "
+            f"use another --output-dir, or remove {name}/ and its phases.json entry to train it again"
+        )
+
+
 def load(policy: str, args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and tokenizer of ``policy`` (an ``hf:`` id), the model on ``--device``."""
     model, tok = load_hf(policy, args.seed)
@@ -725,6 +736,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steps = (("sft", phase_sft), ("sft_cont", phase_sft_continued), ("rft", phase_rft), ("grpo", phase_grpo))
     for name, fn in steps:
         if name in phases and (out / name / "model").exists():
+            check_resumed(name, phases[name], args)
             continue
         t0 = time.perf_counter()
         phases[name] = {**fn(out, args), "minutes": (time.perf_counter() - t0) / 60}

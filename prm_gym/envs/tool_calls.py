@@ -91,7 +91,8 @@ def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) 
     if worker.is_alive():
         worker.join(_CANCEL_GRACE_S if inspect.iscoroutinefunction(tool.fn) else 0.0)
         if worker.is_alive():
-            _ABANDONED.add(worker)
+            with _ABANDONED_LOCK:
+                _ABANDONED.add(worker)
         raise ToolError(f"no result within {timeout_s}s; the call was stopped")
     if isinstance(box.get("error"), TimeoutError) and inspect.iscoroutinefunction(tool.fn):
         raise ToolError(f"no result within {timeout_s}s; the call was stopped")  # cancelled at the deadline
@@ -103,12 +104,14 @@ def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) 
 _CANCEL_GRACE_S = 0.2
 """How long the env waits for an async tool to finish its cancellation once its deadline passed."""
 _ABANDONED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_ABANDONED_LOCK = threading.Lock()  # envs in other threads add while one counts
 
 
 def abandoned_calls() -> int:
     """Tool calls of this process past their deadline whose threads still run (plain functions, which
     no thread deadline can stop: give such a tool its own bound, as the calculator does)."""
-    return sum(t.is_alive() for t in list(_ABANDONED))
+    with _ABANDONED_LOCK:
+        return sum(t.is_alive() for t in list(_ABANDONED))
 
 
 NO_CALLS: dict[str, Any] = {"calls": 0, "failed": 0, "ok": True, "name": "", "latency_s": 0.0}

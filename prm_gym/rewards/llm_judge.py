@@ -5,20 +5,21 @@ in the style of TARL); ``llm/trajectory`` scores the whole episode once, on the 
 the answer. Both return a score in [0, 1]: the judge model answers ``{"score": s, "reason": ...}``
 with ``0 <= s <= max_score`` and the verdict is ``s / max_score``.
 
-Requests are async (httpx), batched, bounded by ``concurrency``, retried with exponential backoff
-on timeouts, transport errors, 429 and 5xx, and cached by a hash of the exact request. Each
-verdict has one total deadline, ``timeout_s`` (default 30 s), covering connecting, reading and
-every retry with its backoff: a server that dribbles a byte at a time, or hangs, costs at most
-that per verdict. A failure of the service (a 4xx, a malformed chat completion, retries exhausted)
-raises :class:`prm_gym.core.errors.JudgeError`, which the env reports as ``reward_status="infra_error"``.
-A well-formed completion whose verdict is unusable (not JSON, no ``score``, out of range, non-finite)
-scores the minimum, 0, with the reason in the verdict's ``detail`` (``usage.unusable`` counts them): the
-text the judge read is the agent's, and an agent that talked the judge out of its format must not have
-its turn left out of the group as infrastructure. Reward-hacking guards (:mod:`prm_gym.rewards.guards`)
-run first and give the minimum score without a call. The prompt holds at most ``max_prompt_chars``
-characters: the task, the graded turn and its tool results are cut in the middle past a quarter of it
-each, and the oldest turns of the history are left out first, so a long episode cannot overflow the
-judge model's context (a 400: infrastructure, by the agent's hand).
+Requests are async (httpx), batched, bounded by ``concurrency``, retried with exponential backoff on
+timeouts, transport errors, 429 and 5xx, and cached by a hash of the exact request. Each verdict has
+one total deadline, ``timeout_s`` (default 30 s), covering connecting, reading and every retry with
+its backoff: a server that dribbles a byte at a time, or hangs, costs at most that per verdict. A
+failure of the service (a 4xx, a malformed chat completion, one without content or cut at
+``max_tokens``, retries exhausted) raises :class:`prm_gym.core.errors.JudgeError`, which the env
+reports as ``reward_status="infra_error"``. A well-formed completion whose verdict is unusable (not
+JSON, no ``score``, out of range, non-finite) scores the minimum, 0, with the reason in the
+verdict's ``detail`` (``usage.unusable`` counts them): the text the judge read is the agent's, and
+an agent that talked the judge out of its format must not have its turn left out of the group as
+infrastructure. Reward-hacking guards (:mod:`prm_gym.rewards.guards`) run first and give the minimum
+score without a call. The prompt holds at most ``max_prompt_chars`` characters: the task, the graded
+turn and its tool results are cut in the middle past a quarter of it each, and the oldest turns of
+the history are left out first, so a long episode cannot overflow the judge model's context (a 400:
+infrastructure, by the agent's hand).
 """
 
 from __future__ import annotations
@@ -124,8 +125,10 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
-def _untrusted(text: str) -> str:
-    return "<untrusted>\n" + text.replace("</untrusted>", "&lt;/untrusted&gt;") + "\n</untrusted>"
+def _untrusted(text: str, limit: int | None = None) -> str:
+    """``text`` fenced as the agent's, its closing tags escaped, then cut to ``limit`` (escaping lengthens it)."""
+    escaped = text.replace("</untrusted>", "&lt;/untrusted&gt;")
+    return "<untrusted>\n" + (escaped if limit is None else _cut(escaped, limit)) + "\n</untrusted>"
 
 
 class LLMJudge:
@@ -211,13 +214,13 @@ class LLMJudge:
         """The chat messages sent to the judge model for ``turn``."""
         system = _SYSTEM.format(rubric=self.rubric, max_score=f"{self.max_score:g}")
         quarter = self.max_prompt_chars // 4
-        head = [f"# Task\n{_untrusted(_cut(turn.task.prompt, quarter))}"]
+        head = [f"# Task\n{_untrusted(turn.task.prompt, quarter)}"]
         if turn.task.answer is not None and self.mode == "trajectory":
             head.append(f"# Reference answer\n{_cut(str(turn.task.answer), quarter)}")
-        latest = f"# Turn {turn.index + 1} (the one to grade)\n## Assistant\n{_untrusted(_cut(turn.action, quarter))}"
+        latest = f"# Turn {turn.index + 1} (the one to grade)\n## Assistant\n{_untrusted(turn.action, quarter)}"
         if turn.tool_results:
             outputs = "\n".join(f"[{r.name}, ok={r.ok}] {r.output}" for r in turn.tool_results)
-            latest += f"\n## Tool results\n{_untrusted(_cut(outputs, quarter))}"
+            latest += f"\n## Tool results\n{_untrusted(outputs, quarter)}"
         room = self.max_prompt_chars - sum(map(len, head)) - len(latest)
         history: list[str] = []
         for i in range(len(turn.history), 0, -1):  # the latest turns first; the oldest are left out first
@@ -317,10 +320,13 @@ class LLMJudge:
             data = await self._post(client, body)
         latency = time.perf_counter() - start
         try:
-            content = data["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError) as exc:
+            choice = data["choices"][0]
+            content = choice["message"]["content"]
+            if content is None or choice.get("finish_reason") == "length":  # the judge's own failure, not a verdict
+                raise TypeError("no content, or the reply was cut at max_tokens")
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
             self.usage.errors += 1
-            raise JudgeError(f"{self.name}: malformed chat completion: {str(data)[:200]}") from exc
+            raise JudgeError(f"{self.name}: malformed chat completion ({exc}): {str(data)[:200]}") from exc
         try:
             score, reason = parse_verdict(str(content), self.max_score)
         except JudgeError as exc:  # the service answered; what it said is unusable: the minimum, not infra

@@ -171,6 +171,8 @@ def test_bad_queries_are_the_agents_error() -> None:
     assert len(index.search(" ".join(["river"] * 32), 3)) == 3
     with pytest.raises(ToolError, match="33 words; the limit is 32"):
         index.search(" ".join(["river"] * 33), 3)
+    with pytest.raises(ToolError, match="340 words"):  # punctuation splits terms as the analyzer does
+        index.search(",".join(["ab"] * 340), 3)
 
 
 def _zipf_index(n: int = 6000, seed: int = 0) -> tuple[BM25Index, list[str]]:

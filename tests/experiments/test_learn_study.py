@@ -282,6 +282,10 @@ def test_sft_continued_takes_grpos_updates_on_grpos_sequences(
     args = study.parse_args(["--output-dir", str(tmp_path), "--steps", "5", "--sft-continued-lr", "3e-6"])
     info = study.phase_sft_continued(tmp_path, args)
     assert seen["lr"] == info["lr"] == 3e-6 != args.sft_lr
+    # resuming a run whose control was trained at another rate is refused, not read as the new arm
+    study.check_resumed("sft_cont", info, args)
+    with pytest.raises(SystemExit, match="trained at lr 3e-06, not 5e-05"):
+        study.check_resumed("sft_cont", info, study.parse_args(["--output-dir", str(tmp_path)]))
 
 
 def test_informative_groups_counts_the_last_row_of_each_step(study: ModuleType) -> None:

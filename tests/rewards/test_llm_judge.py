@@ -111,6 +111,13 @@ def test_an_unusable_verdict_scores_the_minimum_not_infrastructure(reply: str) -
     assert judge.usage.unusable == 1 and judge.usage.errors == 0
 
 
+def test_a_completion_without_content_is_the_services_failure() -> None:
+    """A reasoning model that put everything in its reasoning (content null) failed as a service; the
+    agent did nothing to cause it, so it is a JudgeError (infrastructure), not a minimum verdict."""
+    with FakeOpenAIServer(reply=lambda m: {"content": None}) as srv, pytest.raises(JudgeError, match="no content"):
+        score_batch(LLMJudge(base_url=srv.base_url, max_retries=0), [turn(step("Multiply 6 by 7."))])
+
+
 def test_the_prompt_stays_within_its_budget_however_long_the_episode(server: FakeOpenAIServer) -> None:
     """A long episode must not overflow the judge model's context (its 400 would be infrastructure by
     the agent's hand): the graded turn is cut in the middle, the oldest turns are left out first."""
@@ -121,6 +128,9 @@ def test_the_prompt_stays_within_its_budget_however_long_the_episode(server: Fak
     assert len(user) <= 4000 + 400  # the budget, plus the headings and fences around the cut pieces
     assert "END" in user and "characters cut" in user and "# Turns 1-9: left out" in user
     assert "# Turn 1\n" not in user
+    fence = "</untrusted>" * 5_000  # escaping lengthens it by half: the cut comes after the escaping
+    user = judge.messages(turn(step(fence), 1, ((fence, fence),)))[1]["content"]
+    assert len(user) <= 4000 + 400 and user.count("</untrusted>") == 2
     # a short episode is sent whole
     assert "# Turn 1\n" in judge.messages(turn(step("6*7"), 2, (("a", "b"), ("c", "d"))))[1]["content"]
 

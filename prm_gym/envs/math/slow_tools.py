@@ -40,7 +40,10 @@ class SlowToolsMathEnv(MathEnv):
 
     ## Description
     The workload of ``make compare-async``: prm/Math-v0 whose calculator calls take a seeded,
-    heavy-tailed time, as real tool calls do (see the module docstring). Not a default env.
+    heavy-tailed time, as real tool calls do (see the module docstring). Not a default env. The sleeps
+    count against the turn's ``turn_budget_s`` (20 s): at the default latency a turn almost never
+    reaches it, but with a larger ``latency_median_s`` the calls left when it is spent are not run,
+    and which ones depends on the machine's load; pass ``turn_budget_s=None`` to run them all.
 
     ## Rewards
     Those of prm/Math-v0.
