@@ -331,7 +331,8 @@ class LLMJudge:
             score, reason = parse_verdict(str(content), self.max_score)
         except JudgeError as exc:  # the service answered; what it said is unusable: the minimum, not infra
             self.usage.unusable += 1
-            return Verdict(0.0, latency_s=latency, tokens=self._record_usage(data), detail=f"unusable verdict: {exc}")
+            tokens = self._record_usage(data)
+            return Verdict(0.0, latency_s=latency, tokens=tokens, detail=f"unusable verdict: {exc}", unusable=True)
         tokens = self._record_usage(data)
         if self.cache_size > 0:
             self._cache[key] = (score, reason)

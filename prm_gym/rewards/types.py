@@ -66,12 +66,15 @@ class Verdict:
         latency_s: seconds the judgement took, for judges that call a model or a server.
         tokens: model tokens the judgement used, when known.
         detail: a short human-readable explanation.
+        unusable: the judge's model answered, but its verdict could not be read (the score is then the
+            minimum): counted per judge in training metrics (``judge/<name>/unusable``).
     """
 
     score: float
     latency_s: float | None = None
     tokens: int | None = None
     detail: str = field(default="", compare=False)
+    unusable: bool = field(default=False, compare=False)
 
     def as_info(self) -> dict[str, float | int | str]:
         out: dict[str, float | int | str] = {"score": float(self.score)}
@@ -79,4 +82,6 @@ class Verdict:
             out["latency_s"] = float(self.latency_s)
         if self.tokens is not None:
             out["tokens"] = int(self.tokens)
+        if self.unusable:
+            out["unusable"] = 1
         return out

@@ -51,9 +51,12 @@ def env_metrics(
 
 def judge_usage(trajs: Sequence[Trajectory]) -> dict[str, float]:
     """Per judge: mean seconds a verdict took and tokens it spent, over the turns it scored
-    (``info["judge"][name]``; ``judge/<name>/latency_s``, ``judge/<name>/tokens``)."""
+    (``info["judge"][name]``; ``judge/<name>/latency_s``, ``judge/<name>/tokens``), and, for a judge
+    that gave any, how many verdicts its model answered unreadably (``judge/<name>/unusable``: each
+    scored the minimum, so a judge model that has stopped answering in its format shows here)."""
     latency: dict[str, list[float]] = {}
     tokens: dict[str, float] = {}
+    unusable: dict[str, float] = {}
     for t in trajs:
         for turn in t.turns:
             judged = turn.info.get("judge")
@@ -61,7 +64,9 @@ def judge_usage(trajs: Sequence[Trajectory]) -> dict[str, float]:
                 if isinstance(d, dict):
                     latency.setdefault(name, []).append(float(d.get("latency_s") or 0.0))
                     tokens[name] = tokens.get(name, 0.0) + float(d.get("tokens") or 0)
-    out = {}
+                    if d.get("unusable"):
+                        unusable[name] = unusable.get(name, 0.0) + 1.0
+    out = {f"judge/{name}/unusable": n for name, n in unusable.items()}
     for name, xs in latency.items():
         out[f"judge/{name}/latency_s"] = sum(xs) / len(xs)
         out[f"judge/{name}/tokens"] = tokens[name]

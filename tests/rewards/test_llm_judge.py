@@ -107,7 +107,7 @@ def test_an_unusable_verdict_scores_the_minimum_not_infrastructure(reply: str) -
     with FakeOpenAIServer(reply=lambda m: reply) as srv:
         judge = LLMJudge(base_url=srv.base_url)
         (verdict,) = score_batch(judge, [turn(step("Multiply 6 by 7."))])
-    assert verdict.score == 0.0 and verdict.detail.startswith("unusable verdict:")
+    assert verdict.score == 0.0 and verdict.unusable and verdict.detail.startswith("unusable verdict:")
     assert judge.usage.unusable == 1 and judge.usage.errors == 0
 
 

@@ -340,3 +340,23 @@ def test_each_learner_step_starts_with_the_samplers_kept_caches_dropped(
     monkeypatch.setattr(trainer_module, "learner_step", watched)
     trainer_module.train(small(tmp_path, steps=2))
     assert held == [False, False] and any(had)  # the rollouts had kept caches, and none reached the learner
+
+
+def test_unusable_verdicts_are_counted_per_judge_in_the_metrics() -> None:
+    """A judge model that stopped answering in its format scores the minimum (not infra), so its count
+    must show in the metrics, or a broken judge would look like a policy that got worse."""
+    from types import SimpleNamespace
+
+    from prm_gym.rewards.types import Verdict
+    from prm_gym.training.metrics import judge_usage
+
+    def traj(*verdicts: Verdict) -> Any:
+        turns = [
+            SimpleNamespace(info={"judge": {"llm/turn": v.as_info(), "rule/format": {"score": 0.0}}}) for v in verdicts
+        ]
+        return SimpleNamespace(turns=turns)
+
+    bad, good = Verdict(0.0, latency_s=0.2, unusable=True), Verdict(0.7, latency_s=0.2)
+    out = judge_usage([traj(bad, good), traj(bad)])
+    assert out["judge/llm/turn/unusable"] == 2.0 and "judge/rule/format/unusable" not in out
+    assert "judge/llm/turn/unusable" not in judge_usage([traj(good)])
