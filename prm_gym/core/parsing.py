@@ -101,12 +101,10 @@ def coerce_text(action: Any) -> tuple[str, list[ParseIssue]]:
         text = action
     else:
         return "", [ParseIssue("not_text", f"The action must be text, got {type(action).__name__}.")]
-    if not text.isascii():  # only non-ASCII text can hold surrogates
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", errors="replace").decode("utf-8")
-            issues.append(ParseIssue("invalid_unicode", "The action holds unpaired surrogates."))
+    encodable = _encodable(text)
+    if encodable is not text:
+        text = encodable
+        issues.append(ParseIssue("invalid_unicode", "The action holds unpaired surrogates."))
     if _CONTROL_RE.search(text):
         text = _CONTROL_RE.sub("", text)
         issues.append(ParseIssue("control_chars", "The action holds control characters."))
@@ -305,14 +303,21 @@ def parse_general(
     return ParsedAction(text, found.calls, answer, tuple(issues), tool_format)
 
 
+def _encodable(text: str) -> str:
+    """``text`` itself, or a copy with its unpaired surrogates (which no encoder takes) replaced by "?"."""
+    if text.isascii():  # only non-ASCII text can hold surrogates
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
 def _clean(value: Any) -> Any:
-    """``value`` with unpaired surrogates in its strings (keys included) replaced by "?", as coerce_text does."""
+    """``value`` with unpaired surrogates in its strings (keys included) replaced (:func:`_encodable`)."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", errors="replace").decode("utf-8")
+        return _encodable(value)
     if isinstance(value, dict):
         return {_clean(k): _clean(v) for k, v in value.items()}
     if isinstance(value, list):

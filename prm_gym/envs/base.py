@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import marshal
+import math
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -325,12 +326,9 @@ class ToolEnv(gym.Env[str, str]):
     def _run_tools(self, calls: Sequence[ToolCall], recorded: tuple[ToolResult, ...] | None) -> list[ToolResult]:
         """Run this turn's calls, or during :meth:`fork` replay take the ``recorded`` results."""
         if recorded is None:
-            if self.turn_budget_s is None:
-                return [self._call_tool(c) for c in calls]
-            results, end = [], time.monotonic() + self.turn_budget_s
-            for c in calls:  # a call started within the budget runs to its own deadline
-                results.append(self._call_tool(c) if time.monotonic() < end else self._over_budget(c))
-            return results
+            end = time.monotonic() + (self.turn_budget_s if self.turn_budget_s is not None else math.inf)
+            # a call started within the budget runs to its own deadline
+            return [self._call_tool(c) if time.monotonic() < end else self._over_budget(c) for c in calls]
         if len(recorded) != len(calls):
             raise RuntimeError(f"fork replay: a turn recorded {len(recorded)} tool results for {len(calls)} calls")
         for call, result in zip(calls, recorded, strict=True):

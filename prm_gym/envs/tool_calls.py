@@ -81,24 +81,30 @@ def invoke_tool(tool: Tool, arguments: dict[str, Any], timeout_s: float | None) 
     def target() -> None:
         try:
             out = tool.fn(**arguments)
-            box["value"] = asyncio.run(_await(out, timeout_s)) if inspect.isawaitable(out) else out
+            if inspect.isawaitable(out):
+                box["cancellable"] = True
+                out = asyncio.run(_await(out, timeout_s))
+            box["value"] = out
         except BaseException as exc:  # re-raised in the env's thread
             box["error"] = exc
 
     worker = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)
     worker.start()
     worker.join(timeout_s)
+    if worker.is_alive() and box.get("cancellable"):
+        worker.join(_CANCEL_GRACE_S)  # cancelled at the deadline, it ends with the deadline's ToolError
     if worker.is_alive():
-        worker.join(_CANCEL_GRACE_S if inspect.iscoroutinefunction(tool.fn) else 0.0)
-        if worker.is_alive():
-            with _ABANDONED_LOCK:
-                _ABANDONED.add(worker)
-        raise ToolError(f"no result within {timeout_s}s; the call was stopped")
-    if isinstance(box.get("error"), TimeoutError) and inspect.iscoroutinefunction(tool.fn):
-        raise ToolError(f"no result within {timeout_s}s; the call was stopped")  # cancelled at the deadline
+        with _ABANDONED_LOCK:
+            _ABANDONED.add(worker)
+        raise _missed(timeout_s)
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def _missed(timeout_s: float | None) -> ToolError:
+    """The agent's failed call: no result within the deadline."""
+    return ToolError(f"no result within {timeout_s}s; the call was stopped")
 
 
 _CANCEL_GRACE_S = 0.2
@@ -131,5 +137,13 @@ def tool_info(results: Sequence[ToolResult]) -> dict[str, Any]:
 
 
 async def _await(awaitable: Any, timeout_s: float | None) -> Any:
-    async with asyncio.timeout(timeout_s):  # cancels the tool's coroutine at the deadline
-        return await awaitable
+    """``awaitable``'s result; at the deadline it is cancelled and the call fails as :func:`_missed`
+    (a ``TimeoutError`` of the tool's own stays the tool's)."""
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise _missed(timeout_s) from None
+        raise

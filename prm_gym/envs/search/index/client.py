@@ -50,12 +50,17 @@ def parse_hit(hit: Any) -> Passage:
 DEFAULT_TIMEOUT_S = 2.0
 
 
-def _bound(sock: socket.socket, deadline: float) -> None:
-    """Set ``sock``'s timeout to what is left until ``deadline``, or raise ``TimeoutError``."""
+def _left(deadline: float) -> float:
+    """Seconds left until ``deadline`` (``time.monotonic``), or ``TimeoutError`` once it passed."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("the call's deadline passed")
-    sock.settimeout(min(left, 1e9))
+    return left
+
+
+def _bound(sock: socket.socket, deadline: float) -> None:
+    """Set ``sock``'s timeout to what is left until ``deadline``, or raise ``TimeoutError``."""
+    sock.settimeout(min(_left(deadline), 1e9))
 
 
 class _Bounded:
@@ -95,9 +100,7 @@ class _DeadlineConnection(http.client.HTTPConnection):
             self._tls.sslsocket_class = _DeadlineTLSSocket
 
     def connect(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the call's deadline passed")
+        left = _left(self.deadline)
         raw = socket.create_connection((self.host, self.port), min(left, self.timeout or left))
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is not None:
