@@ -228,41 +228,25 @@ def save_model(model: Any, tok: Any, path: Path) -> None:
 
 
 def phase_sft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """SFT on correct demonstrations, the best validation checkpoint saved to ``sft/model``."""
-    model, tok = load(args.policy, args)
-    chat = chat_for(tok)
-    demos = demonstrations(chat, args)
-    history: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"success": -1.0}
-
-    def checkpoint(step: int) -> None:
-        recs = play(model, tok, args, "validation", 0.0, args.seed)
-        p, _ = rate(recs, "strict")
-        history.append({"step": step, "val_success": p})
-        print(f"SFT step {step}: validation success {p:.1%} (greedy, n={len(recs)})", flush=True)
-        if p > best["success"]:
-            best.update(success=p, step=step)
-            save_model(model, tok, out / "sft" / "model")
-
-    sft(
-        model,
-        demos,
-        args.sft_steps,
-        args.sft_lr,
-        args.sft_batch,
-        args.seed,
-        args.precision == "bf16",
-        every=args.sft_every,
-        checkpoint=checkpoint,
-        recompute=args.activation_checkpointing,
+    """SFT on correct demonstrations from the base model at each learning rate of ``--sft-lr``, the
+    checkpoint with the best greedy validation success over the rates and the steps (every
+    ``--sft-every``) saved to ``sft/model`` (:func:`tune_on_validation`)."""
+    _, tok = load(args.policy, args)
+    demos = demonstrations(chat_for(tok), args)
+    release()
+    lrs = list(args.sft_lr)
+    best = tune_on_validation(
+        args.policy, demos, lrs, args.sft_steps, out / "sft" / "model", args, every=args.sft_every, label="SFT"
     )
     return {
         "demos": len(demos),
         "steps": args.sft_steps,
-        "history": history,
+        "lrs": lrs,
+        "lr": best["lr"],
+        "history": best["history"],
         "best_step": best["step"],
-        "best_val_success": best["success"],
-        "device": model_device(model),
+        "best_val_success": best["val_success"],
+        "device": best["device"],
     }
 
 
@@ -290,7 +274,7 @@ def phase_sft_continued(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     model, tok = load(f"hf:{out / 'sft' / 'model'}", args)
     demos = demonstrations(chat_for(tok), args)
     batch = args.sft_continued_batch or args.tasks_per_step * args.group_size
-    lr = args.sft_continued_lr or args.sft_lr
+    lr = args.sft_continued_lr or sft_rate(out, args)
     loss = sft(
         model,
         demos,
@@ -335,18 +319,21 @@ def tune_on_validation(
     args: argparse.Namespace,
     floor: float = -1.0,
     validate: Callable[[Any, Any, argparse.Namespace], float] | None = None,
+    every: int | None = None,
+    label: str = "RFT",
 ) -> dict[str, Any]:
     """Fine-tune a fresh copy of ``start`` on ``demos`` at each learning rate of ``lrs``; score every
-    ``--rft-every`` steps and after the last on validation; save the best checkpoint over the grid
-    and the steps to ``save_to`` (ties: the first). Only a score above ``floor`` is saved. ``validate``
-    (default :func:`validation_success`) scores a model.
+    ``every`` steps (default ``--rft-every``) and after the last on validation; save the best checkpoint
+    over the grid and the steps to ``save_to`` (ties: the first). Only a score above ``floor`` is saved.
+    ``validate`` (default :func:`validation_success`) scores a model; ``label`` names the phase in the log.
 
     Returns:
         ``{"lr", "step", "val_success"}`` of the kept checkpoint (``lr`` None when none beat
-        ``floor``) and ``"history"``, every score.
+        ``floor``), ``"history"``, every score, and ``"device"``, where the models trained.
     """
     score = validate or validation_success
     best: dict[str, Any] = {"lr": None, "step": None, "val_success": floor}
+    device = args.device
     history: list[dict[str, Any]] = []
     for lr in lrs:
         model, tok = load(start, args)
@@ -354,12 +341,12 @@ def tune_on_validation(
         def checkpoint(step: int, lr: float = lr, model: Any = model, tok: Any = tok) -> None:
             p = score(model, tok, args)
             history.append({"lr": lr, "step": step, "val_success": p})
-            print(f"RFT lr {lr:g} step {step}: validation success {p:.1%} (greedy)", flush=True)
+            print(f"{label} lr {lr:g} step {step}: validation success {p:.1%} (greedy)", flush=True)
             if p > best["val_success"]:
                 best.update(lr=lr, step=step, val_success=p)
                 save_model(model, tok, save_to)
 
-        every = args.rft_every if 0 < args.rft_every < steps else 0
+        gap = args.rft_every if every is None else every
         sft(
             model,
             list(demos),
@@ -368,15 +355,16 @@ def tune_on_validation(
             args.sft_batch,
             args.seed,
             args.precision == "bf16",
-            every=every,
+            every=gap if 0 < gap < steps else 0,
             checkpoint=checkpoint,
             recompute=args.activation_checkpointing,
         )
         if not history or history[-1]["step"] != steps or history[-1]["lr"] != lr:
             checkpoint(steps)
+        device = model_device(model)
         del model
         release()
-    return {**best, "history": history}
+    return {**best, "history": history, "device": device}
 
 
 def play_grpo_episodes(model: Any, tok: Any, out: Path, args: argparse.Namespace, seed: int) -> list[Trajectory]:
@@ -412,7 +400,6 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     best, device = -1.0, args.device
     for r in range(args.rft_rounds):
         model, tok = load(start, args)
-        device = model_device(model)
         trajs = play_grpo_episodes(model, tok, out, args, seed=args.seed + 1 + 100 * r)
         del model
         release()
@@ -641,7 +628,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--demos", type=int, default=400)
     p.add_argument("--sft-steps", type=int, default=60)
     p.add_argument("--sft-every", type=int, default=20, help="validate and keep the best checkpoint this often")
-    p.add_argument("--sft-lr", type=float, default=5e-5)
+    p.add_argument(
+        "--sft-lr",
+        type=float,
+        nargs="+",
+        default=[5e-5],
+        help="SFT's learning rate, or a grid of them: each trains from the base model and the checkpoint with "
+        "the best validation success over the rates and the steps is kept",
+    )
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument(
         "--sft-continued-batch",
@@ -653,7 +647,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sft-continued-lr",
         type=float,
         default=0.0,
-        help="learning rate of the SFT-continued control; 0: --sft-lr (GRPO's --lr gives it GRPO's step size)",
+        help="learning rate of the SFT-continued control; 0: SFT's (the rate --sft-lr chose; GRPO's --lr gives it "
+        "GRPO's step size)",
     )
     p.add_argument("--rft-epochs", type=float, default=2.0, help="passes over RFT's kept successes (capped below)")
     p.add_argument("--rft-max-steps", type=int, default=0, help="RFT's fine-tuning steps at most; 0: GRPO's --steps")
@@ -708,15 +703,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def check_resumed(name: str, record: dict[str, Any], args: argparse.Namespace) -> None:
-    """Refuse to resume a phase trained with another learning rate than this command asks for (a rerun
-    with a new ``--sft-continued-lr`` would otherwise read the old model as the new arm)."""
-    wanted = {"sft_cont": args.sft_continued_lr or args.sft_lr}.get(name)
-    if wanted is not None and "lr" in record and not math.isclose(record["lr"], wanted):
-        raise SystemExit(
-            f"learn: {name} in this --output-dir was trained at lr {record['lr']:g}, not {wanted:g}; "
-            f"use another --output-dir, or remove {name}/ and its phases.json entry to train it again"
-        )
+def sft_rate(out: Path, args: argparse.Namespace) -> float:
+    """The learning rate SFT trained its kept checkpoint at: the one rate of ``--sft-lr``, or the one
+    its grid chose (``phases.json``); records from before the grid hold no rate (their one ``--sft-lr``)."""
+    record = json.loads((out / "phases.json").read_text()).get("sft", {}) if (out / "phases.json").exists() else {}
+    return float(record.get("lr") or args.sft_lr[0])
+
+
+def check_resumed(name: str, record: dict[str, Any], args: argparse.Namespace, out: Path) -> None:
+    """Refuse to resume a phase trained with other learning rates than this command asks for (a rerun
+    with a new ``--sft-lr`` grid or ``--sft-continued-lr`` would otherwise read the old model as the new arm)."""
+    stop = f"use another --output-dir, or remove {name}/ and its phases.json entry to train it again"
+    had = record.get("lrs", args.sft_lr) if name == "sft" else args.sft_lr  # older records: one unrecorded rate
+    if len(had) != len(args.sft_lr) or not all(math.isclose(a, b) for a, b in zip(had, args.sft_lr)):
+        raise SystemExit(f"learn: sft in this --output-dir was tuned over lr {had}, not {args.sft_lr}; {stop}")
+    wanted = args.sft_continued_lr or sft_rate(out, args)
+    if name == "sft_cont" and "lr" in record and not math.isclose(record["lr"], wanted):
+        raise SystemExit(f"learn: {name} in this --output-dir was trained at lr {record['lr']:g}, not {wanted:g}; {stop}")
 
 
 def load(policy: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -736,7 +739,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steps = (("sft", phase_sft), ("sft_cont", phase_sft_continued), ("rft", phase_rft), ("grpo", phase_grpo))
     for name, fn in steps:
         if name in phases and (out / name / "model").exists():
-            check_resumed(name, phases[name], args)
+            check_resumed(name, phases[name], args, out)
             continue
         t0 = time.perf_counter()
         phases[name] = {**fn(out, args), "minutes": (time.perf_counter() - t0) / 60}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import importlib.util
 import sys
 from pathlib import Path
@@ -232,6 +233,33 @@ def test_rft_learning_rate_grid_keeps_the_best_validation_checkpoint(
     assert floor["lr"] is None and len(saved) == 3  # nothing beat the floor: nothing saved
 
 
+def test_sft_learning_rate_grid_picks_on_validation_and_the_control_continues_at_the_chosen_rate(
+    study: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--sft-lr as a grid: every rate trains from the base model, validated every --sft-every steps; the
+    best (rate, step) is kept and recorded; SFT continued then defaults to the chosen rate, and a rerun
+    with another grid is refused rather than reading the old SFT as the new one."""
+    args = study.parse_args(["--output-dir", str(tmp_path), "--sft-lr", "1e-5", "5e-5", "--sft-steps", "6",
+                             "--sft-every", "3"])  # fmt: skip
+    saved: list[tuple[float, int]] = []
+    _fake_learner(study, monkeypatch, saved)
+    monkeypatch.setattr(study, "demonstrations", lambda *_: [([1, 2, 3], [0, 1, 1])])
+    monkeypatch.setattr(study, "chat_for", lambda tok: None)
+    scores = {(1e-5, 3): 0.4, (1e-5, 6): 0.7, (5e-5, 3): 0.6, (5e-5, 6): 0.5}
+    monkeypatch.setattr(study, "validation_success", lambda model, *_: scores[(model.lr, model.steps)])
+    info = study.phase_sft(tmp_path, args)
+    assert (info["lr"], info["best_step"], info["best_val_success"]) == (1e-5, 6, 0.7)
+    assert info["lrs"] == [1e-5, 5e-5] and saved[-1] == (1e-5, 6)
+    assert [(h["lr"], h["step"]) for h in info["history"]] == list(scores)
+    (tmp_path / "phases.json").write_text(json.dumps({"sft": info}))
+    assert study.sft_rate(tmp_path, args) == 1e-5  # SFT continued's default rate: the chosen one
+    study.check_resumed("sft", info, args, tmp_path)
+    with pytest.raises(SystemExit, match="tuned over lr"):
+        study.check_resumed("sft", info, study.parse_args(["--output-dir", str(tmp_path)]), tmp_path)
+    with pytest.raises(SystemExit, match="trained at lr 5e-05, not 1e-05"):  # the control at the old rate
+        study.check_resumed("sft_cont", {"lr": 5e-5}, args, tmp_path)
+
+
 def test_rft_phase_tunes_on_multiplicity_and_a_second_round_keeps_the_better(
     study: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -276,16 +304,16 @@ def test_sft_continued_takes_grpos_updates_on_grpos_sequences(
     info = study.phase_sft_continued(tmp_path, args)
     source, saved = f"hf:{tmp_path / 'sft' / 'model'}", tmp_path / "sft_cont" / "model"
     batch = args.tasks_per_step * args.group_size
-    assert seen == {"source": source, "steps": 5, "lr": args.sft_lr, "batch": batch, "saved": saved}
+    assert seen == {"source": source, "steps": 5, "lr": args.sft_lr[0], "batch": batch, "saved": saved}
     assert info["sequences"] == info["grpo_episodes"] == 5 * 32 and info["assistant_tokens_expected"] == 320
     # the control at GRPO's step size: --sft-continued-lr replaces SFT's rate, and the record says so
     args = study.parse_args(["--output-dir", str(tmp_path), "--steps", "5", "--sft-continued-lr", "3e-6"])
     info = study.phase_sft_continued(tmp_path, args)
-    assert seen["lr"] == info["lr"] == 3e-6 != args.sft_lr
+    assert seen["lr"] == info["lr"] == 3e-6 != args.sft_lr[0]
     # resuming a run whose control was trained at another rate is refused, not read as the new arm
-    study.check_resumed("sft_cont", info, args)
+    study.check_resumed("sft_cont", info, args, tmp_path)
     with pytest.raises(SystemExit, match="trained at lr 3e-06, not 5e-05"):
-        study.check_resumed("sft_cont", info, study.parse_args(["--output-dir", str(tmp_path)]))
+        study.check_resumed("sft_cont", info, study.parse_args(["--output-dir", str(tmp_path)]), tmp_path)
 
 
 def test_informative_groups_counts_the_last_row_of_each_step(study: ModuleType) -> None:
