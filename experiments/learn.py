@@ -715,11 +715,12 @@ def check_resumed(name: str, record: dict[str, Any], args: argparse.Namespace, o
     with a new ``--sft-lr`` grid or ``--sft-continued-lr`` would otherwise read the old model as the new arm)."""
     stop = f"use another --output-dir, or remove {name}/ and its phases.json entry to train it again"
     had = record.get("lrs", args.sft_lr) if name == "sft" else args.sft_lr  # older records: one unrecorded rate
-    if len(had) != len(args.sft_lr) or not all(math.isclose(a, b) for a, b in zip(had, args.sft_lr)):
+    if len(had) != len(args.sft_lr) or not all(map(math.isclose, had, args.sft_lr)):
         raise SystemExit(f"learn: sft in this --output-dir was tuned over lr {had}, not {args.sft_lr}; {stop}")
     wanted = args.sft_continued_lr or sft_rate(out, args)
     if name == "sft_cont" and "lr" in record and not math.isclose(record["lr"], wanted):
-        raise SystemExit(f"learn: {name} in this --output-dir was trained at lr {record['lr']:g}, not {wanted:g}; {stop}")
+        was = f"trained at lr {record['lr']:g}, not {wanted:g}"
+        raise SystemExit(f"learn: sft_cont in this --output-dir was {was}; {stop}")
 
 
 def load(policy: str, args: argparse.Namespace) -> tuple[Any, Any]:
