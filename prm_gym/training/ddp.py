@@ -22,6 +22,7 @@ trains a sharded copy (:mod:`prm_gym.training.fsdp`). What each rank then does:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,9 +145,14 @@ class Learner:
             fsdp.sync_replica(self.model, self.optimizer, run.policy.model, run.optimizer, moments=checkpoint_due)
 
     def close(self) -> None:
-        """Wait for every rank; then leave the process group if :func:`setup_learner` started it."""
+        """Wait for every rank, drop the DDP or FSDP wrapper (the run keeps the bare model), then leave
+        the process group if :func:`setup_learner` started it. The wrapper holds the group, so
+        without this gloo's worker threads could be torn down during interpreter exit, which can
+        abort a rank after its work is done (pytorch/pytorch#179291)."""
         if self.world_size > 1 and dist.is_initialized():
             dist.barrier()
+            self.model = None
+            gc.collect()  # a wrapper in a reference cycle goes now, not at exit
             if self.owns_group:
                 dist.destroy_process_group()
 
