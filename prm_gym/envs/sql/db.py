@@ -9,7 +9,8 @@ anything else on disk:
   so no statement can create, write or attach files;
 * every query has a wall-clock limit enforced by a progress handler (runaway recursive CTEs,
   cartesian joins), a cap on the length of any string or blob it builds, and a cap on the rows
-  fetched.
+  fetched; ``printf`` and ``format`` answer a width or precision over that cap at once
+  (:mod:`prm_gym.envs.sql.printf`: before SQLite 3.42 its own loop for it ran seconds past any deadline).
 
 Failures are typed by what failed, never by the error's text (which quotes the agent's SQL):
 the agent's own mistakes (broken SQL, a write, a timeout) raise
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from prm_gym.core.errors import InfraError, ToolError
+from prm_gym.envs.sql import printf
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Pragmas a query may use: each only reads (its argument names a table or an index).
@@ -161,6 +163,8 @@ def connect_readonly(path: str | Path, *, copy: bool = False, max_length: int = 
         raise DatabaseError(f"cannot open SQLite database {str(p)!r}: {exc}.") from None
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
+    if printf.needed():  # before SQLite 3.42 printf has a loop no deadline stops: printf.py
+        printf.install(conn, max_length)
     conn.set_authorizer(_authorizer)
     return conn
 
