@@ -102,7 +102,7 @@ learn: setup
 
 ## make learn once per seed (seed 0 is make learn's runs/learn), then GRPO's and RFT's gains per seed and across
 ## seeds, next to the spread between seeds (experiments.learn_seeds, written to runs/learn-seeds.md). One seed
-## is 75-90 min on 2 cores; resumable like make learn.
+## is about 2 h on 2 quiet cores (estimated from phase times); resumable like make learn.
 LEARN_SEEDS ?= 0 1 2 3 4
 learn_dir = $(if $(filter 0,$(1)),runs/learn,runs/learn-seed$(1))
 learn-seeds: setup

@@ -622,7 +622,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=lambda v: v if v == "seed" else int(v),
         default=None,
         help="rotate the held-out templates: 36 of 72 (half multi-call) drawn by this integer, or 'seed' for "
-        "--seed's value; default: the legacy 12 of 42 of every committed result (--eval-tasks 1800: ~50 a template)",
+        "--seed's value; default: the legacy 12 of 42 of the results before 5 Dec (--eval-tasks 1800: ~50 a "
+        "template)",
     )
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--demos", type=int, default=400)
