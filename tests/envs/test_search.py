@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import gymnasium as gym
@@ -12,12 +13,19 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
-from prm_gym.core.errors import TaskError
+from prm_gym.core.errors import ConfigError, TaskError
 from prm_gym.core.parsing import format_answer, format_tool_call
+from prm_gym.core.tasks import Task
 from prm_gym.envs.search.env import SearchEnv, format_passages
 from prm_gym.envs.search.index import BM25Index, Passage
 from prm_gym.envs.search.index.server import RetrievalServer
-from prm_gym.envs.search.tasks import generate_search_tasks, generate_world, load_qa_file, world_passages
+from prm_gym.envs.search.tasks import (
+    generate_search_tasks,
+    generate_world,
+    load_qa_file,
+    split_of,
+    world_passages,
+)
 from prm_gym.rewards.retrieval import retrieved
 
 
@@ -190,6 +198,39 @@ def test_generator_is_seeded_and_splits_differ() -> None:
     assert len(set(names)) == len(names)
     with pytest.raises(TaskError):
         generate_search_tasks(w, 5, split="dev")
+
+
+def _fingerprint(tasks: Iterable[Task]) -> str:
+    return hashlib.sha256(json.dumps([t.to_dict() for t in tasks], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_disjoint_splits_share_no_subject_and_the_default_draw_is_unchanged() -> None:
+    """By default the splits are independent draws from one finite question space (70 of 100 test
+    questions are training questions too); disjoint splits give each person and company to one
+    split, so no test question names anyone a training question names. The default draw is the
+    one every committed study used, byte for byte (its fingerprint)."""
+    w = generate_world(300, 0)
+    train = generate_search_tasks(w, 2000, 0, "train")
+    test = generate_search_tasks(w, 100, 0, "test")
+    assert sum(t.prompt in {x.prompt for x in train} for t in test) == 70
+    assert _fingerprint(generate_search_tasks(w, 2000, 0, "test")) == "ae2514c620900d1e"
+    assert _fingerprint(generate_search_tasks(w, 2000, 0, "test", "multi")) == "dbc7b34cd8988cae"
+    splits = {s: generate_search_tasks(w, 400, 0, s, "all", disjoint=True) for s in ("train", "validation", "test")}
+    by_id = {p.id: p for p in world_passages(w)}
+    named = {s: {by_id[t.meta["gold_ids"][0]].title for t in ts} for s, ts in splits.items()}
+    assert not (named["train"] & named["test"]) and not (named["train"] & named["validation"])
+    assert not (named["validation"] & named["test"])
+    assert {t.meta["kind"] for t in splits["test"]} == {"single", "multi"}
+    for task in splits["test"]:  # the answer is still in the last gold passage
+        assert split_of(task.meta["gold_ids"][0]) == "test" and task.answer[0] in by_id[task.meta["gold_ids"][-1]].text
+    env = gym.make("prm/Search-v0", split="test", disjoint_splits=True, num_tasks=50)
+    prompts = {env.unwrapped.tasks.get(i).prompt for i in env.unwrapped.tasks.ids}
+    assert not prompts & {t.prompt for t in generate_search_tasks(w, 2000, 0, "train", disjoint=True)}
+    env.close()
+    with pytest.raises(TaskError, match="too small for disjoint splits"):
+        generate_search_tasks(generate_world(8, 0), 5, 0, "test", disjoint=True)
+    with pytest.raises(ConfigError, match="generated questions only"):
+        gym.make("prm/Search-v0", tasks=[{"question": "q", "answer": "a"}], disjoint_splits=True)
 
 
 def test_qa_loaders(tmp_path: Path, world_index: BM25Index) -> None:

@@ -9,10 +9,18 @@ its answer (``meta["gold_ids"]``), so the retrieval reward can measure recall.
 
 Question kinds: single-hop (one passage) and multi-hop (2 or 3 passages chained through a
 bridge entity, as in HotpotQA / Tree-GRPO's multi-hop QA).
+
+Splits: by default each split is its own seeded draw from the same finite question space (300
+people, eight question shapes), so splits share questions: 70 of the first 100 test questions occur
+word for word among 2,000 training ones (86 of 100 multi-hop ones). ``disjoint=True`` gives each
+person and company to one split (:func:`split_of`: 80% train, 10% validation, 10% test), and a
+split's questions name only its own people and companies, so no test question's subject is named
+by a training question.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +92,13 @@ _JOBS = [
 ]
 _INDUSTRIES = ["shipbuilding", "textiles", "glassware", "robotics", "publishing", "mining", "tea", "optics"]
 _SPLITS = {"train": 0, "test": 1, "validation": 2}
+
+
+def split_of(entity_id: str) -> str:
+    """The split whose questions may name this person or company under disjoint splits: a fixed
+    hash of its id, 8 in 10 ``train``, 1 in 10 ``validation`` and ``test``."""
+    bucket = int.from_bytes(hashlib.blake2b(f"prm-search:{entity_id}".encode(), digest_size=8).digest(), "big") % 10
+    return {8: "validation", 9: "test"}.get(bucket, "train")
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,10 +254,16 @@ _KINDS = {"all": (0, 8), "single": (0, 4), "multi": (4, 8)}
 
 
 def _question(
-    w: World, names: dict[str, Mapping[str, Any]], rng: np.random.Generator, kinds: str = "all"
+    w: World,
+    names: dict[str, Mapping[str, Any]],
+    rng: np.random.Generator,
+    kinds: str = "all",
+    only: tuple[tuple[Mapping[str, Any], ...], tuple[Mapping[str, Any], ...]] | None = None,
 ) -> tuple[str, str, list[str], str]:
-    """(question, answer, gold passage ids, kind) for one random question of ``kinds``."""
-    p = w.people[int(rng.integers(len(w.people)))]
+    """(question, answer, gold passage ids, kind) for one random question of ``kinds``; ``only``:
+    the people and companies a question may be about (disjoint splits), else any."""
+    people = only[0] if only else w.people
+    p = people[int(rng.integers(len(people)))]
     city, comp = names[p["born_in"]], names[p["employer"]]
     country = names[city["country"]]
     low, high = _KINDS[kinds]
@@ -254,6 +275,8 @@ def _question(
     if kind == 2:
         return f"Which company does {p['name']} work for?", comp["name"], [p["id"]], "single"
     if kind == 3:
+        if only:  # the company asked about is one of the split's, not the person's employer
+            comp = only[1][int(rng.integers(len(only[1])))]
         return f"In what year was {comp['name']} founded?", str(comp["founded"]), [comp["id"]], "single"
     if kind == 4:
         return f"In which country was {p['name']} born?", country["name"], [p["id"], city["id"]], "multi"
@@ -275,13 +298,17 @@ def _question(
 
 
 @generated_once()
-def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "train", kinds: str = "all") -> TaskSet:
+def generate_search_tasks(
+    w: World, n: int = 1000, seed: int = 0, split: str = "train", kinds: str = "all", disjoint: bool = False
+) -> TaskSet:
     """``n`` questions about ``w``; ``meta`` holds gold ids (in hop order) and hops.
 
     ``kinds``: ``"all"`` (single- and multi-hop, the default), ``"single"`` or ``"multi"`` (only
     multi-hop questions: 2 or 3 passages, the answer in the last one, reachable only through the
     bridge entity named in the one before: the person's city, company or country; a question whose
     answer the first passage already holds, such as a founder asking about himself, is drawn again).
+    ``disjoint``: the questions name only the split's own people and companies (:func:`split_of`;
+    the module doc); default: any, as every study before 5 Dec drew them.
     Generated once per process for each world (by identity) and arguments, and shared.
     """
     if kinds not in _KINDS:
@@ -292,15 +319,23 @@ def generate_search_tasks(w: World, n: int = 1000, seed: int = 0, split: str = "
         raise TaskError(f"the number of tasks must be >= 1, got {n}.")
     rng = np.random.default_rng([seed, _SPLITS[split], 11])
     names = _by_name(w)
+    only = None
+    if disjoint:
+        only = tuple(tuple(e for e in kind if split_of(e["id"]) == split) for kind in (w.people, w.companies))
+        if not all(only):
+            raise TaskError(
+                f"the world is too small for disjoint splits: its {split} split has {len(only[0])} people and "
+                f"{len(only[1])} companies; use more world_people (300 gives each split some of both)."
+            )
     texts = {p.id: p.text for p in world_passages(w)} if kinds == "multi" else {}
     tasks = []
     for k in track(range(n), desc="search tasks", unit="task"):
-        q, a, gold, kind = _question(w, names, rng, kinds)
+        q, a, gold, kind = _question(w, names, rng, kinds, only)  # type: ignore[arg-type]
         while kinds == "multi" and a in texts[gold[0]]:  # e.g. the founder is the person asked about
-            q, a, gold, kind = _question(w, names, rng, kinds)
+            q, a, gold, kind = _question(w, names, rng, kinds, only)  # type: ignore[arg-type]
         meta = {"gold_ids": gold, "hops": len(gold), "kind": kind}
         tasks.append(Task(f"search-{split}-{seed}-{k:05d}", q, [a], meta))
-    label = "" if kinds == "all" else f", {kinds}-hop only"
+    label = ("" if kinds == "all" else f", {kinds}-hop only") + (", disjoint" if disjoint else "")
     return TaskSet(tasks, name=f"generated search ({split}, seed {seed}{label})")
 
 
