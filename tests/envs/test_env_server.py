@@ -158,11 +158,15 @@ def test_bad_requests_get_4xx_with_a_reason() -> None:
     with serve_in_thread(server) as url:
         sid = httpx.post(url + "/sessions", json={}).json()["session_id"]
         step = f"{url}/sessions/{sid}/step"
+        JSON = {"content-type": "application/json; charset=utf-8"}
         cases = [
             (httpx.post(url + "/sessions/nope/step", json={"action": "x"}), 404, "no session"),
             (httpx.post(step, json={"action": "x"}), 409, "reset"),
-            (httpx.post(step, content=b"{not json"), 400, "not JSON"),
-            (httpx.post(step, content=b'{"action": "\xff\xfe"}'), 400, "UTF-8"),
+            (httpx.post(step, content=b"{not json", headers=JSON), 400, "not JSON"),
+            (httpx.post(step, content=b'{"action": "\xff\xfe"}', headers=JSON), 400, "UTF-8"),
+            (httpx.post(step, content=b'{"action": "x"}'), 415, "application/json"),  # no type: a web form
+            (httpx.post(step, content=b'{"action": "x"}', headers={"content-type": "text/plain"}), 415, "text/plain"),
+            (httpx.post(url + "/sessions", json={"env_kwargs": 0}), 422, "JSON object"),
             (httpx.post(step, json=["x"]), 422, "JSON object"),
             (httpx.post(step, json={"act": "x"}), 422, "'action'"),
             (httpx.post(step, json={"action": 3}), 422, "string"),

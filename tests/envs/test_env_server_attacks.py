@@ -44,7 +44,7 @@ def guarded(guarded_server: tuple[EnvServer, str]) -> str:
 
 
 def _auth(client: str = "a") -> dict[str, str]:
-    return {"authorization": f"Bearer {TOKEN}", "x-prm-client": client}
+    return {"authorization": f"Bearer {TOKEN}", "x-prm-client": client, "content-type": "application/json"}
 
 
 def test_a_token_is_required_and_compared(guarded: str) -> None:
@@ -270,3 +270,105 @@ def test_deleting_a_hung_session_kills_it_at_once(guarded: str) -> None:
         r = pending.result()
         elapsed = time.monotonic() - start
     assert r.status_code == 503 and elapsed < 1.5  # not at the 2 s deadline
+
+
+def test_connections_that_never_finish_a_request_head_are_closed(guarded: str) -> None:
+    """uvicorn held a connection that sent nothing, or half a request head, for as long as the client
+    liked (500 stayed open past 42 s; a few hundred past the file limit locked everyone out). Each
+    must now be closed at the head deadline (the server's --body-timeout-s, 1 s here)."""
+    port = int(guarded.rsplit(":", 1)[1])
+    socks: dict[socket.socket, str] = {}
+    for i in range(30):
+        s = socket.create_connection(("127.0.0.1", port))
+        kind = ("silent", "half a head", "a header a tick")[i % 3]
+        if kind != "silent":
+            s.sendall(f"POST /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n".encode())
+        s.setblocking(False)
+        socks[s] = kind
+    start = time.monotonic()
+    closed_at: dict[socket.socket, float] = {}
+    next_drip = start
+    while len(closed_at) < len(socks) and time.monotonic() - start < 6:
+        if time.monotonic() >= next_drip:
+            next_drip += 0.2
+            for s, kind in socks.items():
+                if kind == "a header a tick" and s not in closed_at:
+                    try:
+                        s.send(b"X-Drip: 1\r\n")
+                    except OSError:
+                        closed_at[s] = time.monotonic() - start
+        live = [s for s in socks if s not in closed_at]
+        for s in select.select(live, [], [], 0.05)[0]:
+            try:
+                if not s.recv(65536):
+                    closed_at[s] = time.monotonic() - start
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed_at[s] = time.monotonic() - start
+    assert httpx.get(guarded + "/health", timeout=2).status_code == 200
+    for s in socks:
+        s.close()
+    slowest = max(closed_at.values(), default=float("inf"))
+    print(f"\n30 connections without a whole head (silent, half, dribbling): {len(closed_at)} closed by {slowest:.2f}s")
+    assert len(closed_at) == 30 and slowest < 2.5
+
+
+def test_a_client_that_leaves_mid_body_is_not_logged_as_a_server_error(
+    guarded: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        port = int(guarded.rsplit(":", 1)[1])
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(
+                f"POST /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode()
+            )
+            time.sleep(0.1)
+            s.close()
+        time.sleep(0.5)
+        assert httpx.get(guarded + "/health", timeout=2).status_code == 200
+    finally:
+        logger.removeHandler(handler)
+    assert not [r for r in records if r.levelno >= logging.ERROR], [r.getMessage() for r in records]
+
+
+def test_concurrent_forks_get_their_own_envs_and_stay_within_max_sessions() -> None:
+    """Forks computed their slot before the session's lock: two concurrent forks could share one env
+    (stepping one moved the other; closing one broke it with a 500, or a 503 read as infra_error),
+    and ten concurrent forks held 10 sessions on a server limited to 8."""
+    server = EnvServer(ServerConfig("prm/Math-v0", {"levels": [1]}, max_sessions=8, token=TOKEN))
+    with serve_in_thread(server) as url:
+        sid = httpx.post(url + "/sessions", json={}, headers=_auth()).json()["session_id"]
+        assert httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 0}, headers=_auth()).status_code == 200
+        with ThreadPoolExecutor(10) as pool:
+            forks = list(pool.map(lambda _: httpx.post(f"{url}/sessions/{sid}/fork", headers=_auth()), range(10)))
+        made = [r.json()["session_id"] for r in forks if r.status_code == 201]
+        assert len(made) == 7 and {r.status_code for r in forks} == {201, 503}  # 1 + 7 = max_sessions
+        assert httpx.get(url + "/health").json()["sessions"] == 8
+        assert len({s.slot for s in server.sessions.values()}) == 8  # one env each
+        first, second = made[0], made[1]
+        done = httpx.post(f"{url}/sessions/{first}/step", json={"action": "<answer>0</answer>"}, headers=_auth())
+        assert done.json()["terminated"]
+        step = httpx.post(f"{url}/sessions/{second}/step", json={"action": "<answer>0</answer>"}, headers=_auth())
+        assert step.status_code == 200, step.text  # its own env: not ended by the first's answer
+        for other in [sid, *made[:3]]:  # closing siblings and the parent leaves the rest playable
+            assert httpx.delete(f"{url}/sessions/{other}", headers=_auth()).status_code == 200
+        last = made[-1]
+        assert httpx.post(f"{url}/sessions/{last}/reset", json={"seed": 1}, headers=_auth()).status_code == 200
+
+
+def test_env_kwargs_the_env_rejects_are_the_clients_400_not_a_500(guarded: str) -> None:
+    server = EnvServer(ServerConfig("prm/Math-v0", {"levels": [1]}, token=TOKEN))
+    with serve_in_thread(server) as url:
+        for kwargs in ({"task_seed": -1}, {"task_seed": "x"}):
+            r = httpx.post(url + "/sessions", json={"env_kwargs": kwargs}, headers=_auth())
+            assert r.status_code == 400 and "rejected" in r.json()["error"], (kwargs, r.text)

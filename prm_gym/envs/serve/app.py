@@ -29,10 +29,10 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from prm_gym.core.extras import missing_extra, require
+from prm_gym.core.extras import missing_extra
 
 try:
     from fastapi import FastAPI, Request
@@ -41,7 +41,7 @@ try:
 except ImportError as _exc:
     raise missing_extra(_exc, "serve", "the env server (prm-serve)") from None
 
-from prm_gym.envs.serve import auth
+from prm_gym.envs.serve import auth, listener
 from prm_gym.envs.serve.errors import HTTPError
 from prm_gym.envs.serve.limits import MAX_SEED, CloseUnreadBodies
 from prm_gym.envs.serve.sessions import EnvServer
@@ -77,9 +77,16 @@ def build_app(server: EnvServer) -> FastAPI:
     With a token the generated API description and its pages (``/openapi.json``, ``/docs``,
     ``/redoc``) are off, so that every endpoint but ``/health`` needs the token."""
     docs = server.cfg.token is None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        listener.install_accept_log_limit()
+        async with server.lifespan(app):
+            yield
+
     app = FastAPI(
         title=f"prm-serve {server.cfg.env_id}",
-        lifespan=server.lifespan,
+        lifespan=lifespan,
         openapi_url="/openapi.json" if docs else None,  # None also removes /docs and /redoc
     )
     app.add_middleware(CloseUnreadBodies)
@@ -150,13 +157,11 @@ def build_app(server: EnvServer) -> FastAPI:
 def serve_in_thread(server: EnvServer, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Run ``server`` under uvicorn in a daemon thread; yields its base URL and stops it on exit
     (which closes every session's env)."""
-    uvicorn = require("uvicorn", "serve", "the env server (prm-serve)")
-
     auth.check_bind(host, server.cfg.token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    userver = uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning", lifespan="on"))
+    userver = listener.server(build_app(server), server.cfg, lifespan="on")
     thread = threading.Thread(target=userver.run, kwargs={"sockets": [sock]}, name="prm-serve", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -100,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``prm-serve``."""
     try:
         cfg, host, port = parse_args(argv)
-        uvicorn = require("uvicorn", "serve", "the env server (prm-serve)")
+        require("uvicorn", "serve", "the env server (prm-serve)")
+        from prm_gym.envs.serve import listener
         from prm_gym.envs.serve.app import build_app
 
         server = EnvServer(cfg)
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     guard = "token required" if cfg.token else "no token: loopback only"
     print(f"prm-serve: serving {cfg.env_id} on http://{host}:{port} ({guard})", file=sys.stderr)
-    uvicorn.run(build_app(server), host=host, port=port, log_level="warning")
+    listener.server(build_app(server), cfg, host=host, port=port).run()
     return 0
 
 

@@ -155,7 +155,9 @@ class EnvServer:
             raise HTTPError(
                 400, f"this server serves {self.cfg.env_id!r}, not {str(env)[:200]!r}; start one with --env {env}"
             )
-        kwargs = body.get("env_kwargs") or {}
+        kwargs = body.get("env_kwargs", {})
+        if kwargs is None:
+            kwargs = {}
         if not isinstance(kwargs, dict):
             raise HTTPError(422, "env_kwargs must be a JSON object")
         refused = sorted(set(kwargs) - self.cfg.allow_kwargs)
@@ -197,11 +199,26 @@ class EnvServer:
         return self._add(worker, 0, kwargs, owner, desc)
 
     async def fork(self, session: Session) -> dict[str, Any]:
-        """A new session at ``session``'s turn boundary, in the same worker; its description."""
+        """A new session at ``session``'s turn boundary, in the same worker; its description.
+
+        The capacity check, the new slot and its reservation happen with no await between them, so
+        concurrent forks (of this session or of another in its worker) each get their own slot and
+        together stay within ``max_sessions``."""
         self.check_capacity()
-        slot = max(session.worker.slots) + 1
-        desc = await self.call(session, "fork", slot)
-        return self._add(session.worker, slot, session.kwargs, session.owner, desc)
+        worker = session.worker
+        slot = max(worker.slots, default=session.slot) + 1
+        worker.slots.add(slot)  # reserved: a concurrent fork takes the next one
+        self.creating += 1
+        try:
+            desc = await self.call(session, "fork", slot)
+        except BaseException:
+            worker.slots.discard(slot)
+            if not worker.slots and worker.alive:  # the parent closed meanwhile: the worker ends with it
+                await anyio.to_thread.run_sync(worker.stop, CLOSE_TIMEOUT_S)
+            raise
+        finally:
+            self.creating -= 1
+        return self._add(worker, slot, session.kwargs, session.owner, desc)
 
     async def _call(self, worker: EnvWorker, slot: int, op: str, arg: Any, what: str) -> Any:
         """One env call under the deadline; the env's failures as HTTP errors."""
@@ -300,6 +317,11 @@ class EnvServer:
 
     # ----------------------------------------------------------------- HTTP
     async def body(self, request: Request) -> dict[str, Any]:
-        """The request's JSON object: 413 past the size limit, 408 past the body-read deadline,
-        400 when it is not UTF-8 JSON within the nesting bound."""
+        """The request's JSON object: 415 unless sent as ``application/json`` (so a web page cannot
+        post to a tokenless server on the user's loopback: browsers send other types without asking),
+        413 past the size limit, 408 past the body-read deadline, 400 when it is not UTF-8 JSON
+        within the nesting bound."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise HTTPError(415, f"send the body as JSON with 'Content-Type: application/json', not {kind[:80]!r}")
         return parse_json_object(await read_body(request, self.max_body_bytes, self.cfg.body_timeout_s))

@@ -41,6 +41,7 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (TaskError, "task"),
     (ConfigError, "config"),
     (TypeError, "config"),
+    (ValueError, "config"),  # at make: a client-set kwarg the env rejects (a negative seed); later: a crash
     (InfraError, "infra"),
 )
 
@@ -105,6 +106,8 @@ def _do(envs: dict[int, gym.Env[Any, Any]], spec: Any, slot: int, op: str, arg: 
         fork = getattr(env.unwrapped, "fork", None)
         if fork is None:
             raise TaskError(f"{spec.id} cannot be forked (no fork())")
+        if arg in envs:  # the server reserves a new slot for every fork
+            raise RuntimeError(f"slot {arg} already holds an env")
         envs[arg] = fork()
         return describe(envs[arg])
     if op == "close":
