@@ -61,7 +61,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
         type=float,
         default=60.0,
         help="deadline of one env call; past it the session's worker process is killed (504, infra_error); keep it "
-        "above an env's turn_budget_s (20 s) plus one tool's deadline, so no agent's slow turn reaches it",
+        "above an env's turn_budget_s (20 s) plus one tool's deadline plus its judges' (math-verify 5 s, an LLM "
+        "judge 30 s), so no agent's slow turn reaches it",
     )
     p.add_argument("--body-timeout-s", type=float, default=10.0, help="deadline for receiving a request body (408)")
     p.add_argument(
