@@ -400,6 +400,7 @@ def phase_rft(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     best, device = -1.0, args.device
     for r in range(args.rft_rounds):
         model, tok = load(start, args)
+        device = model_device(model)
         trajs = play_grpo_episodes(model, tok, out, args, seed=args.seed + 1 + 100 * r)
         del model
         release()
@@ -715,7 +716,9 @@ def check_resumed(name: str, record: dict[str, Any], args: argparse.Namespace, o
     """Refuse to resume a phase trained with other learning rates than this command asks for (a rerun
     with a new ``--sft-lr`` grid or ``--sft-continued-lr`` would otherwise read the old model as the new arm)."""
     stop = f"use another --output-dir, or remove {name}/ and its phases.json entry to train it again"
-    had = record.get("lrs", args.sft_lr) if name == "sft" else args.sft_lr  # older records: one unrecorded rate
+    if name == "sft" and "lrs" not in record and len(args.sft_lr) > 1:  # older records: one rate, not recorded
+        raise SystemExit(f"learn: sft in this --output-dir was trained at one rate, not the grid {args.sft_lr}; {stop}")
+    had = record.get("lrs", args.sft_lr) if name == "sft" else args.sft_lr  # an older record: assumed --sft-lr's
     if len(had) != len(args.sft_lr) or not all(map(math.isclose, had, args.sft_lr)):
         raise SystemExit(f"learn: sft in this --output-dir was tuned over lr {had}, not {args.sft_lr}; {stop}")
     wanted = args.sft_continued_lr or sft_rate(out, args)

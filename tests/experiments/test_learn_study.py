@@ -258,6 +258,8 @@ def test_sft_learning_rate_grid_picks_on_validation_and_the_control_continues_at
         study.check_resumed("sft", info, study.parse_args(["--output-dir", str(tmp_path)]), tmp_path)
     with pytest.raises(SystemExit, match="trained at lr 5e-05, not 1e-05"):  # the control at the old rate
         study.check_resumed("sft_cont", {"lr": 5e-5}, args, tmp_path)
+    with pytest.raises(SystemExit, match="trained at one rate, not the grid"):  # a record from before the grid
+        study.check_resumed("sft", {"best_step": 20}, args, tmp_path)
 
 
 def test_rft_phase_tunes_on_multiplicity_and_a_second_round_keeps_the_better(
