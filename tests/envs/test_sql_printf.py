@@ -32,6 +32,13 @@ FORMATS = [
     ("%*d", 999_999, 1),  # under the limit: SQLite's own answer
     ("%*d", 1_000_001, 1),  # over it: NULL, as SQLite answers
     ("%.1000001c", "x"),
+    ("%.*c", 1e300, "x"),  # a C int cast: 1e300 clamps to 2**63 - 1, whose low 32 bits are -1
+    ("%.*c", 4294967297, "x"),  # low 32 bits: 1
+    ("%.4294967297c", "x"),  # literal digits masked to 31 bits
+    ("%*%|%.*c", 5, 3, "x"),  # '*' before %% takes its argument
+    ("%n%.*c", 3, "x"),  # %n takes none
+    ("%.*c", -2147483648, "x"),  # INT_MIN: no precision
+    ("%5.3c|%-4c|", "x", "y"),
 ]
 
 
@@ -58,7 +65,10 @@ def test_answers_as_the_builtin_does(pair: Pair, args: tuple[object, ...], name:
         "SELECT printf('%.*c', 2000000000, 'x')",
         "SELECT printf('%.2000000000c', 'x')",
         "SELECT format('%.*c', '2000000000 rows', 'x')",
-        "SELECT printf('%.*c', 1e300, 'x')",
+        "SELECT printf(CAST('%.2000000000c' AS BLOB), 'x')",  # a blob format is read as its bytes
+        "SELECT printf('%*%%.*c', 5, 2000000000, 'x')",
+        "SELECT printf('%n%.*c', 2000000000, 'x')",
+        "SELECT printf(replace(hex(zeroblob(2000)), '00', '%.999999c'), 'x')",  # many, each under the limit
         "SELECT printf('%d%.*c', 1, 2000000000, 'x')",  # the star after another conversion's value
     ],
 )
@@ -74,7 +84,9 @@ def test_the_parse_reads_stars_in_argument_order() -> None:
     assert printf.too_wide("%d %.*c", (5, 2_000_000, "x"), LIMIT)
     assert not printf.too_wide("%d %.*c", (2_000_000, 5, "x"), LIMIT)  # the big number is a value
     assert not printf.too_wide("%% %.*c", (5, "x"), LIMIT)  # %% takes no argument
-    assert not printf.too_wide(b"%.2000000c", (), LIMIT)
+    assert printf.too_wide(b"%.2000000c", (), LIMIT)
+    assert printf.too_wide("%.600000c%.600000c", ("x", "y"), LIMIT)  # together over the limit
+    assert not printf.too_wide("%n%n%5d", (1,), LIMIT) and printf.output_floor("%n%5d|%y%9d", (1, 2)) == 5
 
 
 def test_the_env_connection_answers_the_attack_within_its_deadline(tmp_path: Path) -> None:
