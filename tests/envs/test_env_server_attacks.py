@@ -372,3 +372,17 @@ def test_env_kwargs_the_env_rejects_are_the_clients_400_not_a_500(guarded: str) 
         for kwargs in ({"task_seed": -1}, {"task_seed": "x"}):
             r = httpx.post(url + "/sessions", json={"env_kwargs": kwargs}, headers=_auth())
             assert r.status_code == 400 and "rejected" in r.json()["error"], (kwargs, r.text)
+
+
+def test_a_tokenless_server_answers_only_loopback_host_names() -> None:
+    """A web page whose host name was rebound to 127.0.0.1 (DNS rebinding) is same-origin to the
+    browser and may send JSON; without a token, only a loopback Host header is served."""
+    server = EnvServer(ServerConfig("test/Flaky-v0"))
+    with serve_in_thread(server) as url:
+        port = url.rsplit(":", 1)[1]
+        assert httpx.post(url + "/sessions", json={}).status_code == 201  # Host: 127.0.0.1:<port>
+        for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1.nip.io:{port}"):
+            r = httpx.post(url + "/sessions", json={}, headers={"host": host})
+            assert r.status_code == 403 and "loopback" in r.json()["error"], host
+        assert httpx.post(url + "/sessions", json={}, headers={"host": f"localhost:{port}"}).status_code == 201
+        assert httpx.get(url + "/health", headers={"host": "evil.example"}).status_code == 200  # no session data

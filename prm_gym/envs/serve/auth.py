@@ -57,6 +57,19 @@ def check_bind(host: str, token: str | None) -> None:
         )
 
 
+def host_ok(host_header: str | None, token: str | None) -> bool:
+    """Whether a request's ``Host`` may reach a server without a token: a loopback name only, so a web
+    page whose own host name was rebound to 127.0.0.1 (DNS rebinding) cannot call it."""
+    if token is not None:
+        return True
+    host = (host_header or "").strip()
+    if host.startswith("["):  # [::1]:8000
+        host = host.split("]", 1)[0] + "]"
+    elif host.count(":") == 1:  # localhost:8000
+        host = host.split(":", 1)[0]
+    return is_loopback(host)
+
+
 def token_ok(authorization: str | None, token: str | None) -> bool:
     """Whether an ``Authorization`` header carries ``token`` (always, when the server has none)."""
     if token is None:

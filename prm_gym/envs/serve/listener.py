@@ -7,8 +7,8 @@ to accept anyone (and asyncio logging each refused accept, 94 MB of log in 10 s)
 
 * a connection must deliver each request's head within ``head_timeout_s`` of connecting or of
   its previous response, or it is closed (:class:`HeadDeadline`);
-* past ``limit_concurrency`` open connections or running requests a new request answers 503 at
-  once instead of queueing its body in memory;
+* past :func:`concurrency` open connections or running requests (four a session and 64, at most
+  half the file limit) a new request answers 503 at once instead of queueing its body in memory;
 * asyncio's "accept out of system resource" error is logged once a minute, not once per try.
 
 Beyond loopback, put the server behind a proxy that limits connections per client: a deadline
@@ -18,6 +18,7 @@ bounds how long one connection is held, not how many a client opens within it.
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 from typing import Any
 
@@ -89,6 +90,15 @@ def _quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(handler)
 
 
+def concurrency(max_sessions: int) -> int:
+    """Open connections or running requests past which a new request answers 503: four a session and 64
+    more, but at most half the process's file limit (a session's worker holds descriptors too), so the
+    503 comes before the server runs out of descriptors."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    bound = 4 * max_sessions + 64
+    return bound if soft == resource.RLIM_INFINITY else max(16, min(bound, soft // 2))
+
+
 def server(app: Any, cfg: Any, **kwargs: Any) -> Any:
     """A uvicorn ``Server`` for ``app`` with the bounds above, from the server's config ``cfg``
     (:class:`prm_gym.envs.serve.sessions.ServerConfig`: request heads get its ``body_timeout_s``,
@@ -97,7 +107,7 @@ def server(app: Any, cfg: Any, **kwargs: Any) -> Any:
     config = uvicorn.Config(
         app,
         http=protocol,
-        limit_concurrency=4 * cfg.max_sessions + 64,
+        limit_concurrency=concurrency(cfg.max_sessions),
         timeout_keep_alive=5,
         log_level="warning",
         **kwargs,

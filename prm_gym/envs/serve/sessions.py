@@ -137,6 +137,8 @@ class EnvServer:
     # ----------------------------------------------------------------- access
     def owner(self, request: Request) -> str:
         """The caller's owner key; 401 without the server's token."""
+        if not auth.host_ok(request.headers.get("host"), self.cfg.token):
+            raise HTTPError(403, "a server without a token answers only requests addressed to a loopback host")
         if not auth.token_ok(request.headers.get("authorization"), self.cfg.token):
             raise HTTPError(401, "missing or wrong token: send 'Authorization: Bearer <token>' (RemoteEnv(token=...))")
         return auth.owner(self.cfg.token, request.headers.get(auth.CLIENT_HEADER))
@@ -202,12 +204,13 @@ class EnvServer:
         """A new session at ``session``'s turn boundary, in the same worker; its description.
 
         The capacity check, the new slot and its reservation happen with no await between them, so
-        concurrent forks (of this session or of another in its worker) each get their own slot and
-        together stay within ``max_sessions``."""
+        concurrent forks (of this session or of another in its worker) together stay within
+        ``max_sessions``; a worker never gives a slot number twice, so a fork cannot land on a
+        sibling whose env is still closing."""
         self.check_capacity()
         worker = session.worker
-        slot = max(worker.slots, default=session.slot) + 1
-        worker.slots.add(slot)  # reserved: a concurrent fork takes the next one
+        slot, worker.next_slot = worker.next_slot, worker.next_slot + 1  # never reused
+        worker.slots.add(slot)  # reserved: the worker stays up while the fork is made
         self.creating += 1
         try:
             desc = await self.call(session, "fork", slot)

@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import importlib
 import itertools
+import json
 import multiprocessing
 import queue
 import threading
@@ -41,6 +42,8 @@ _KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (TaskError, "task"),
     (ConfigError, "config"),
     (TypeError, "config"),
+    (UnicodeError, "crash"),  # the server's own files unreadable: not the client's kwargs
+    (json.JSONDecodeError, "crash"),
     (ValueError, "config"),  # at make: a client-set kwarg the env rejects (a negative seed); later: a crash
     (InfraError, "infra"),
 )
@@ -106,8 +109,6 @@ def _do(envs: dict[int, gym.Env[Any, Any]], spec: Any, slot: int, op: str, arg: 
         fork = getattr(env.unwrapped, "fork", None)
         if fork is None:
             raise TaskError(f"{spec.id} cannot be forked (no fork())")
-        if arg in envs:  # the server reserves a new slot for every fork
-            raise RuntimeError(f"slot {arg} already holds an env")
         envs[arg] = fork()
         return describe(envs[arg])
     if op == "close":
@@ -186,6 +187,7 @@ class EnvWorker:
         self.proc.start()
         child.close()
         self.slots: set[int] = set()
+        self.next_slot = 1  # a fork's slot: never reused, so no fork lands on a sibling still closing
         self._ids = itertools.count()
         self._pending: dict[int, concurrent.futures.Future[Any]] = {}
         self._send_lock = threading.Lock()
