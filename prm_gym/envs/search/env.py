@@ -202,8 +202,9 @@ class SearchEnv(ToolEnv):
       (``split`` also picks the split of a dataset folder holding several); ``question_kinds``:
       ``all`` (default), ``single`` or ``multi`` (only multi-hop questions: two or three searches,
       the answer reachable only through a bridge entity); ``disjoint_splits``: each person and
-      company belongs to one split and a split's questions name only its own, so no test question is
-      about anyone a training question names. Off by default, as every committed study ran: then
+      company belongs to one split and a split's questions name only its own, so no test question
+      names anyone a training question names (its later hops, an employer, a city or a country, may
+      be shared). Off by default, as every committed study ran: then
       each split is its own draw from one finite question space and 70 of the first 100 test
       questions occur word for word among 2,000 training ones. Turn it on to measure generalisation.
     * ``retrieval_timeout_s``: the total deadline of one HTTP retrieval (default 2 s);

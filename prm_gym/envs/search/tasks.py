@@ -14,8 +14,9 @@ Splits: by default each split is its own seeded draw from the same finite questi
 people, eight question shapes), so splits share questions: 70 of the first 100 test questions occur
 word for word among 2,000 training ones (86 of 100 multi-hop ones). ``disjoint=True`` gives each
 person and company to one split (:func:`split_of`: 80% train, 10% validation, 10% test), and a
-split's questions name only its own people and companies, so no test question's subject is named
-by a training question.
+split's questions name only its own people and companies, so no test question's subject (the one
+entity it names) is named by a training question. Later hops are not split: a test person's
+employer, its founder, a city or a country may be the subject or the answer of training questions.
 """
 
 from __future__ import annotations
