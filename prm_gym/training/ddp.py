@@ -99,7 +99,7 @@ class Learner:
     """
 
     model: Any
-    optimizer: torch.optim.Optimizer
+    optimizer: Any
     rank: int = 0
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -145,13 +145,13 @@ class Learner:
             fsdp.sync_replica(self.model, self.optimizer, run.policy.model, run.optimizer, moments=checkpoint_due)
 
     def close(self) -> None:
-        """Wait for every rank, drop the DDP or FSDP wrapper (the run keeps the bare model), then leave
-        the process group if :func:`setup_learner` started it. The wrapper holds the group, so
-        without this gloo's worker threads could be torn down during interpreter exit, which can
-        abort a rank after its work is done (pytorch/pytorch#179291)."""
+        """Wait for every rank, drop the DDP or FSDP wrapper and its optimiser (the run keeps the bare
+        model and its own optimiser), then leave the process group if :func:`setup_learner` started
+        it. Both hold the group, so without this gloo's worker threads could be torn down during
+        interpreter exit, which can abort a rank after its work is done (pytorch/pytorch#179291)."""
         if self.world_size > 1 and dist.is_initialized():
             dist.barrier()
-            self.model = None
+            self.model = self.optimizer = None  # FSDP's optimiser holds the sharded parameters, and so the group
             gc.collect()  # a wrapper in a reference cycle goes now, not at exit
             if self.owns_group:
                 dist.destroy_process_group()
