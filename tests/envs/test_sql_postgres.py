@@ -133,3 +133,23 @@ def test_only_the_rows_asked_for_reach_the_client(pg_dsn: str) -> None:
     res = db.query("SELECT generate_series(1, 200000000) AS g", max_rows=5, timeout_s=30)
     assert res.truncated and res.rows == ((1,), (2,), (3,), (4,), (5,)) and time.monotonic() - start < 5
     db.close()
+
+
+def test_a_query_that_breaks_its_transaction_leaves_the_connection_usable(pg_dsn: str) -> None:
+    """A query over the role's temp_file_limit failed in the server, then its ROLLBACK failed too: the
+    connection stayed in an aborted transaction, the ToolError was replaced by psycopg's error, and
+    every later query on it (a judge's gold query included) failed, scoring a right answer 0."""
+    from prm_gym.envs.sql.postgres import PostgresDatabase
+
+    admin = pg_dsn.replace("user=agent", "user=postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("ALTER ROLE agent SET temp_file_limit = '1MB'")
+    try:
+        db = PostgresDatabase(pg_dsn)
+        for _ in range(2):
+            with pytest.raises(ToolError):
+                db.query("SELECT repeat('x', 1000000) FROM generate_series(1, 12)", max_rows=1_000_000)
+            assert db.query("SELECT name FROM pet ORDER BY id").rows == (("Rex",), ("Tom",), ("Kit",))
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("ALTER ROLE agent RESET temp_file_limit")

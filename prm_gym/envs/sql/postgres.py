@@ -32,6 +32,18 @@ _NOT_A_QUERY = re.compile(
 CANCEL_GRACE_S = 1.0
 
 
+def _fetch(cur: Any, want: int | None, chunk: int = 256) -> list[Any]:
+    """Up to ``want`` rows (all when None) of a server-side cursor, ``chunk`` at a time: one FETCH of a
+    million rows made the server fill a temporary store first (and trip ``temp_file_limit``)."""
+    rows: list[Any] = []
+    while want is None or len(rows) < want:
+        got = cur.fetchmany(chunk if want is None else min(chunk, want - len(rows)))
+        if not got:
+            break
+        rows += got
+    return rows
+
+
 class PostgresDatabase:
     """One PostgreSQL database reached through ``dsn``, used read-only.
 
@@ -75,7 +87,7 @@ class PostgresDatabase:
             watchdog.start()
             with self._conn.cursor(name="prm_query") as cur:
                 cur.execute(sql.encode("utf-8"))
-                rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows + 1)
+                rows = _fetch(cur, None if max_rows is None else max_rows + 1)
                 columns = tuple(d.name for d in cur.description or ())
         except psycopg.Error as exc:
             state = getattr(exc, "sqlstate", None) or ""
@@ -88,11 +100,24 @@ class PostgresDatabase:
             raise ToolError(f"{type(exc).__name__}: {str(exc).strip()}") from None
         finally:
             watchdog.cancel()
-            if not self._conn.closed and not self._conn.broken:
-                self._conn.rollback()
+            self._end_transaction()
         truncated = max_rows is not None and len(rows) > max_rows
         rows = rows[:max_rows] if max_rows is not None else rows
         return QueryResult(columns, tuple(tuple(r) for r in rows), truncated, time.perf_counter() - start)
+
+    def _end_transaction(self) -> None:
+        """Roll the query's transaction back; a connection that does not return to idle (its
+        rollback failed, as after a query that ran out of temporary space) is replaced, so no later
+        query, a judge's included, runs in an aborted transaction and reads as the agent's error."""
+        conn = self._conn
+        if conn.closed or conn.broken:
+            return  # replaced by _recover, or the next query recovers
+        with contextlib.suppress(self._psycopg.Error):
+            conn.rollback()
+        if conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(self._psycopg.Error):
+                conn.close()
+            self._recover(RuntimeError("the connection did not return to idle after a failed query"))
 
     def _cancel(self) -> None:
         """Ask the server to stop the running query (the watchdog's last resort)."""
