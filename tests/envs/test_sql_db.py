@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,42 @@ def test_closed_database_is_an_infra_error(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(DatabaseError):
         db.query("SELECT 1")
+
+
+def test_one_call_or_one_row_cannot_outgrow_the_bounds(tmp_path: Path) -> None:
+    """An outside audit's attacks through the tool's query: 100 columns of a 9 MB blob over two rows
+    held 2.3 GB (2,000 columns would need hundreds); one instr() of a 2 MB text by a 1 MB one ran 26.9 s
+    past a 2 s deadline, and a 25,000-character LIKE pattern 5.1 s (inside one call the progress handler
+    does not run). A tool query's values are capped at 256 KiB, results at 500 columns, LIKE patterns at
+    256 characters, and rows are read one at a time until 64 MiB are held."""
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    wide = "WITH z(b) AS (SELECT zeroblob({n})), k(i) AS (VALUES(1),(2),(3)) SELECT {cols} FROM z, k"
+    with pytest.raises(ToolError, match="too big"):
+        db.query(wide.format(n=9_000_000, cols=", ".join(["b"] * 100)), max_rows=20, timeout_s=2)
+    start = time.perf_counter()
+    res = db.query(wide.format(n=250_000, cols=", ".join(["b"] * 500)), max_rows=20, timeout_s=2)
+    assert len(res.rows) == 1 and res.truncated  # 125 MB held: the next row is not built
+    with pytest.raises(ToolError, match="too many columns"):
+        db.query("SELECT " + ", ".join(["1"] * 501))
+    with pytest.raises(ToolError, match="too big"):
+        db.query("SELECT instr(replace(hex(zeroblob(1000000)), '0', 'a'), 'b')")
+    res = db.query(
+        "SELECT instr(replace(hex(zeroblob(131000)), '0', 'a'), replace(hex(zeroblob(65000)), '0', 'a') || 'b')"
+    )
+    assert res.rows == ((0,),)
+    with pytest.raises(ToolError, match="pattern too complex"):
+        db.query("SELECT 'abc' LIKE '%' || replace(hex(zeroblob(200)), '0', 'a') || 'b'")
+    assert time.perf_counter() - start < 4.0  # every one of them within about its deadline
+    assert db.query('SELECT "naïve" FROM "café" WHERE "naïve" LIKE \'v4%\' ORDER BY 1').rows == (
+        ("v4",),
+        ("v40",),
+        ("v41",),
+        ("v42",),
+        ("v43",),
+        ("v44",),
+        ("v45",),
+        ("v46",),
+        ("v47",),
+        ("v48",),
+        ("v49",),
+    )

@@ -41,6 +41,18 @@ _ALLOWED_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 )
 _PROGRESS_OPS = 2000  # VM instructions between two clock checks
+#: The most columns a table, index or result may have (SQLite's default is 2,000): with the value cap, it
+#: bounds one row, which SQLite builds whole before the progress handler runs again.
+MAX_COLUMNS = 500
+#: The longest LIKE or GLOB pattern (SQLite's default is 50,000): one match costs up to the text's
+#: length times the pattern's, inside one function call the deadline cannot stop.
+MAX_LIKE_PATTERN = 256
+#: A tool query's longest string or blob, as a judge's (its output is cut to a few dozen characters a
+#: cell anyway): with :data:`MAX_COLUMNS`, one row holds at most 128 MiB, and one ``instr`` or
+#: ``LIKE`` call costs at most about half a second.
+TOOL_VALUE_BYTES = 256 << 10
+#: The bytes of rows a tool query holds at most: its rows are read one at a time and it stops past this.
+TOOL_RESULT_BYTES = 64 << 20
 #: Primary SQLite result codes that can mean the database (not the query) failed: for these
 #: the database is probed before blaming it (an agent's query can raise some of them too).
 _SUSPECT_CODES = frozenset(
@@ -163,6 +175,8 @@ def connect_readonly(path: str | Path, *, copy: bool = False, max_length: int = 
         raise DatabaseError(f"cannot open SQLite database {str(p)!r}: {exc}.") from None
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, MAX_LIKE_PATTERN)
     if printf.needed():  # before SQLite 3.42 printf has a loop no deadline stops: printf.py
         printf.install(conn, max_length)
     conn.set_authorizer(_authorizer)
@@ -236,21 +250,35 @@ class SQLiteDatabase:
         return self._conn
 
     def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float = 5.0) -> QueryResult:
-        """Run one read-only statement and fetch up to ``max_rows`` rows.
+        """Run one read-only statement and fetch up to ``max_rows`` rows, one at a time, stopping
+        (``truncated``) once they hold :data:`TOOL_RESULT_BYTES`; no value may be longer than
+        :data:`TOOL_VALUE_BYTES` meanwhile.
 
         Raises:
             ToolError: the SQL is broken, writes, holds several statements or runs too long.
             DatabaseError: the database itself failed (corrupt, vanished).
         """
         start = time.perf_counter()
-        with self.cursor(sql, timeout_s) as cur:
-            if max_rows is None:
-                rows, truncated = cur.fetchall(), False
-            else:
-                rows = cur.fetchmany(max_rows + 1)
-                truncated = len(rows) > max_rows
-                rows = rows[:max_rows]
-            columns = tuple(d[0] for d in cur.description or ())
+        conn = self.conn
+        length = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(length, TOOL_VALUE_BYTES))
+        rows: list[tuple[Any, ...]] = []
+        truncated, held = False, 0
+        try:
+            with self.cursor(sql, timeout_s) as cur:
+                while (row := cur.fetchone()) is not None:
+                    if max_rows is not None and len(rows) == max_rows:
+                        truncated = True
+                        break
+                    rows.append(row)
+                    held += sum(len(v) if isinstance(v, str | bytes) else 8 for v in row)
+                    if held > TOOL_RESULT_BYTES:  # checked before the next row is built
+                        truncated = True
+                        break
+                columns = tuple(d[0] for d in cur.description or ())
+        finally:
+            if self._conn is not None:
+                conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
         return QueryResult(columns, tuple(rows), truncated, time.perf_counter() - start)
 
     @contextmanager
