@@ -105,6 +105,10 @@ def test_hostile_queries_are_the_agents_fault_and_end_within_the_deadline(host, 
         assert time.monotonic() - start < 6, sql
         assert not term and info["reward_status"] == "ok" and not info["tool"]["ok"], (sql, obs)
         assert info["reward_tool"] < 0
+    # memory: each server process may map 1 GiB; before, this query held 1 GB of the server and finished
+    greedy = "SELECT length(string_agg(repeat('x', 1000000), '')), length(string_agg(repeat('y', 1000000), ''))"
+    obs, _, _, _, info = env.step(format_tool_call("run_query", {"sql": greedy + " FROM generate_series(1, 500)"}))
+    assert "out of memory" in obs and info["reward_status"] == "ok" and not info["tool"]["ok"], obs
     start = time.monotonic()
     _, _, term, _, info = env.step(format_answer("SELECT pg_sleep(100)"))
     assert time.monotonic() - start < 10
