@@ -9,8 +9,11 @@ anything else on disk:
   so no statement can create, write or attach files;
 * every query has a wall-clock limit enforced by a progress handler (runaway recursive CTEs,
   cartesian joins), a cap on the length of any string or blob it builds, and a cap on the rows
-  fetched; ``printf`` and ``format`` answer a width or precision over that cap at once
-  (:mod:`prm_gym.envs.sql.printf`: before SQLite 3.42 its own loop for it ran seconds past any deadline).
+  fetched; result columns and LIKE patterns are capped, and a tool query's values and rows too
+  (:data:`MAX_COLUMNS`, :data:`MAX_LIKE_PATTERN`, :data:`TOOL_VALUE_BYTES`, :data:`TOOL_RESULT_BYTES`:
+  one function call or one row is built whole between two checks of the clock); ``printf`` and
+  ``format`` answer a width or precision over the length cap at once (:mod:`prm_gym.envs.sql.printf`:
+  before SQLite 3.42 its own loop for it ran seconds past any deadline).
 
 Failures are typed by what failed, never by the error's text (which quotes the agent's SQL):
 the agent's own mistakes (broken SQL, a write, a timeout) raise
