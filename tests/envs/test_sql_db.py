@@ -183,3 +183,16 @@ def test_one_call_or_one_row_cannot_outgrow_the_bounds(tmp_path: Path) -> None:
         ("v48",),
         ("v49",),
     )
+
+
+def test_a_table_wider_than_the_column_cap_is_still_described_and_queried(tmp_path: Path) -> None:
+    path = tmp_path / "wide.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE w (" + ", ".join(f"c{i} INTEGER" for i in range(600)) + ")")
+    conn.execute("INSERT INTO w (c0, c599) VALUES (1, 2)")
+    conn.commit()
+    conn.close()
+    db = SQLiteDatabase(path)
+    assert '"c599" INTEGER' in db.describe("w") and db.query("SELECT c0, c599 FROM w").rows == ((1, 2),)
+    with pytest.raises(ToolError, match="too many columns"):
+        db.query("SELECT * FROM w")

@@ -348,7 +348,8 @@ class SQLiteDatabase:
         lines += [
             f"  FOREIGN KEY ({quote_ident(a)}) REFERENCES {quote_ident(b)}({quote_ident(str(c))})" for a, b, c in fks
         ]
-        sample = self.query(f"SELECT * FROM {quote_ident(table)} LIMIT 3")
+        shown = ", ".join(quote_ident(c) for c, _, _ in cols[:MAX_COLUMNS]) or "*"  # a wider table: its first ones
+        sample = self.query(f"SELECT {shown} FROM {quote_ident(table)} LIMIT 3")
         lines.append("Sample rows:")
         lines.append(format_result(sample, max_chars=2000))
         return "\n".join(lines)
