@@ -151,7 +151,7 @@ def test_one_call_or_one_row_cannot_outgrow_the_bounds(tmp_path: Path) -> None:
     held 2.3 GB (2,000 columns would need hundreds); one instr() of a 2 MB text by a 1 MB one ran 26.9 s
     past a 2 s deadline, and a 25,000-character LIKE pattern 5.1 s (inside one call the progress handler
     does not run). A tool query's values are capped at 256 KiB, results at 500 columns, LIKE patterns at
-    256 characters, and rows are read one at a time until 64 MiB are held."""
+    1000 bytes, and rows are read one at a time until 64 MiB are held."""
     db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
     wide = "WITH z(b) AS (SELECT zeroblob({n})), k(i) AS (VALUES(1),(2),(3)) SELECT {cols} FROM z, k"
     with pytest.raises(ToolError, match="too big"):
@@ -168,7 +168,11 @@ def test_one_call_or_one_row_cannot_outgrow_the_bounds(tmp_path: Path) -> None:
     )
     assert res.rows == ((0,),)
     with pytest.raises(ToolError, match="pattern too complex"):
-        db.query("SELECT 'abc' LIKE '%' || replace(hex(zeroblob(200)), '0', 'a') || 'b'")
+        db.query("SELECT 'abc' LIKE '%' || replace(hex(zeroblob(600)), '0', 'a') || 'b'")
+    slow_like = (
+        "SELECT replace(hex(zeroblob(131000)), '0', 'a') LIKE '%' || replace(hex(zeroblob(499)), '0', 'a') || 'b'"
+    )
+    assert db.query(slow_like).rows == ((0,),)  # the longest pattern over the longest text: about a second
     assert time.perf_counter() - start < 4.0  # every one of them within about its deadline
     assert db.query('SELECT "naïve" FROM "café" WHERE "naïve" LIKE \'v4%\' ORDER BY 1').rows == (
         ("v4",),
@@ -196,3 +200,14 @@ def test_a_table_wider_than_the_column_cap_is_still_described_and_queried(tmp_pa
     assert '"c599" INTEGER' in db.describe("w") and db.query("SELECT c0, c599 FROM w").rows == ((1, 2),)
     with pytest.raises(ToolError, match="too many columns"):
         db.query("SELECT * FROM w")
+
+
+def test_describe_keeps_the_columns_when_a_sample_value_is_past_the_tools_cap(tmp_path: Path) -> None:
+    path = tmp_path / "big.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE doc (id INTEGER, body TEXT)")
+    conn.execute("INSERT INTO doc VALUES (1, ?)", ("x" * 400_000,))
+    conn.commit()
+    conn.close()
+    text = SQLiteDatabase(path).describe("doc")
+    assert '"body" TEXT' in text and "(unavailable: " in text and "too big" in text

@@ -47,9 +47,9 @@ _PROGRESS_OPS = 2000  # VM instructions between two clock checks
 #: The most columns a table, index or result may have (SQLite's default is 2,000): with the value cap, it
 #: bounds one row, which SQLite builds whole before the progress handler runs again.
 MAX_COLUMNS = 500
-#: The longest LIKE or GLOB pattern (SQLite's default is 50,000): one match costs up to the text's
-#: length times the pattern's, inside one function call the deadline cannot stop.
-MAX_LIKE_PATTERN = 256
+#: The longest LIKE or GLOB pattern in bytes (SQLite's default is 50,000): one match costs up to the
+#: text's length times the pattern's, inside one function call the deadline cannot stop.
+MAX_LIKE_PATTERN = 1000
 #: A tool query's longest string or blob, as a judge's (its output is cut to a few dozen characters a
 #: cell anyway): with :data:`MAX_COLUMNS`, one row holds at most 128 MiB, and one ``instr`` or
 #: ``LIKE`` call costs at most about half a second.
@@ -349,9 +349,12 @@ class SQLiteDatabase:
             f"  FOREIGN KEY ({quote_ident(a)}) REFERENCES {quote_ident(b)}({quote_ident(str(c))})" for a, b, c in fks
         ]
         shown = ", ".join(quote_ident(c) for c, _, _ in cols[:MAX_COLUMNS]) or "*"  # a wider table: its first ones
-        sample = self.query(f"SELECT {shown} FROM {quote_ident(table)} LIMIT 3")
+        try:
+            sample = format_result(self.query(f"SELECT {shown} FROM {quote_ident(table)} LIMIT 3"), max_chars=2000)
+        except ToolError as exc:  # a value past the tool's cap: the columns are still worth having
+            sample = f"(unavailable: {exc})"
         lines.append("Sample rows:")
-        lines.append(format_result(sample, max_chars=2000))
+        lines.append(sample)
         return "\n".join(lines)
 
     def close(self) -> None:

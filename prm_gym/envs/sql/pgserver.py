@@ -36,7 +36,9 @@ INSTALL_HINT = (
 )
 #: The address space each server process may map: one query's ``string_agg`` reached 1.9 GB of
 #: resident memory within a 2 s statement timeout before; past this it is the query's own
-#: "out of memory" error (PostgreSQL's allocator fails the query, not the server).
+#: "out of memory" error (PostgreSQL's allocator fails the query, not the server). Per process: a
+#: parallel query's workers map their own. It must exceed shared memory (``shared_buffers`` 32MB
+#: here) plus the ~250 MiB a backend maps after JIT, or the server cannot start or plan.
 BACKEND_MEMORY_BYTES = 1 << 30
 #: Seconds ``initdb`` and ``pg_ctl start`` / ``stop`` may take.
 START_TIMEOUT_S = 60.0
@@ -131,6 +133,8 @@ class PostgresServer:
         if memory and shutil.which("prlimit"):
             at = cmd.index(str(self.bin_dir / prog))
             cmd[at:at] = ["prlimit", f"--as={memory}", "--"]
+        elif memory:
+            print("prm-gym: prlimit (util-linux) is not installed: the PostgreSQL server runs without a memory cap")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:

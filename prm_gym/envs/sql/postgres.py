@@ -32,18 +32,6 @@ _NOT_A_QUERY = re.compile(
 CANCEL_GRACE_S = 1.0
 
 
-def _fetch(cur: Any, want: int | None, chunk: int = 256) -> list[Any]:
-    """Up to ``want`` rows (all when None) of a server-side cursor, ``chunk`` at a time: one FETCH of a
-    million rows made the server fill a temporary store first (and trip ``temp_file_limit``)."""
-    rows: list[Any] = []
-    while want is None or len(rows) < want:
-        got = cur.fetchmany(chunk if want is None else min(chunk, want - len(rows)))
-        if not got:
-            break
-        rows += got
-    return rows
-
-
 class PostgresDatabase:
     """One PostgreSQL database reached through ``dsn``, used read-only.
 
@@ -87,7 +75,7 @@ class PostgresDatabase:
             watchdog.start()
             with self._conn.cursor(name="prm_query") as cur:
                 cur.execute(sql.encode("utf-8"))
-                rows = _fetch(cur, None if max_rows is None else max_rows + 1)
+                rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows + 1)  # one FETCH: one timeout
                 columns = tuple(d.name for d in cur.description or ())
         except psycopg.Error as exc:
             state = getattr(exc, "sqlstate", None) or ""
