@@ -211,3 +211,27 @@ def test_describe_keeps_the_columns_when_a_sample_value_is_past_the_tools_cap(tm
     conn.close()
     text = SQLiteDatabase(path).describe("doc")
     assert '"body" TEXT' in text and "(unavailable: " in text and "too big" in text
+
+
+@pytest.mark.timeout(30)  # before: the first's end removed the second's deadline, and it ran on
+def test_a_query_keeps_its_own_deadline_while_another_thread_queries(tmp_path: Path) -> None:
+    """A tool call abandoned past its deadline keeps running beside the next one on the same
+    connection; the deadline (the progress handler) and the length cap are the connection's, so the
+    second call replaced the first's, and the first's end removed the second's: it never stopped."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = SQLiteDatabase(_make_db(tmp_path / "db.sqlite"))
+    endless = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r"
+
+    def timed(timeout_s: float) -> float:
+        start = time.perf_counter()
+        with pytest.raises(ToolError, match="time limit"):
+            db.query(endless, timeout_s=timeout_s)
+        return time.perf_counter() - start
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(timed, 1.0)
+        time.sleep(0.2)
+        second = pool.submit(timed, 3.0)
+        assert first.result() < 1.8  # its own deadline, not the second's
+        assert second.result() > 2.5

@@ -26,6 +26,7 @@ or an error whose SQLite code can mean a broken database when a probe of the dat
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -245,6 +246,9 @@ class SQLiteDatabase:
         self.name = self.path.stem
         self.copy = copy
         self._conn: sqlite3.Connection | None = connect_readonly(path, copy=copy)
+        # one statement at a time: its progress handler (the deadline) and length cap are the
+        # connection's, so a tool call abandoned past its deadline must not share them with the next
+        self._lock = threading.RLock()
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -261,6 +265,10 @@ class SQLiteDatabase:
             ToolError: the SQL is broken, writes, holds several statements or runs too long.
             DatabaseError: the database itself failed (corrupt, vanished).
         """
+        with self._lock:
+            return self._query(sql, max_rows, timeout_s)
+
+    def _query(self, sql: str, max_rows: int | None, timeout_s: float) -> QueryResult:
         start = time.perf_counter()
         conn = self.conn
         length = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
@@ -294,6 +302,10 @@ class SQLiteDatabase:
             ToolError: the SQL is broken, writes, holds several statements or runs too long.
             DatabaseError: the database itself failed (corrupt, vanished).
         """
+        with self._lock:
+            yield from self._cursor(sql, timeout_s)
+
+    def _cursor(self, sql: str, timeout_s: float) -> Iterator[sqlite3.Cursor]:
         conn = self.conn
         deadline = time.perf_counter() + timeout_s
         conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_OPS)
