@@ -327,13 +327,12 @@ class LLMJudge:
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             self.usage.errors += 1
             raise JudgeError(f"{self.name}: malformed chat completion ({exc}): {str(data)[:200]}") from exc
+        tokens = self._record_usage(data)
         try:
             score, reason = parse_verdict(str(content), self.max_score)
         except JudgeError as exc:  # the service answered; what it said is unusable: the minimum, not infra
             self.usage.unusable += 1
-            tokens = self._record_usage(data)
             return Verdict(0.0, latency_s=latency, tokens=tokens, detail=f"unusable verdict: {exc}", unusable=True)
-        tokens = self._record_usage(data)
         if self.cache_size > 0:
             self._cache[key] = (score, reason)
             while len(self._cache) > self.cache_size:

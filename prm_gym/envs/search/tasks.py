@@ -322,7 +322,8 @@ def generate_search_tasks(
     names = _by_name(w)
     only = None
     if disjoint:
-        only = tuple(tuple(e for e in kind if split_of(e["id"]) == split) for kind in (w.people, w.companies))
+        own = lambda kind: tuple(e for e in kind if split_of(e["id"]) == split)  # noqa: E731
+        only = (own(w.people), own(w.companies))
         if not all(only):
             raise TaskError(
                 f"the world is too small for disjoint splits: its {split} split has {len(only[0])} people and "
@@ -331,9 +332,9 @@ def generate_search_tasks(
     texts = {p.id: p.text for p in world_passages(w)} if kinds == "multi" else {}
     tasks = []
     for k in track(range(n), desc="search tasks", unit="task"):
-        q, a, gold, kind = _question(w, names, rng, kinds, only)  # type: ignore[arg-type]
+        q, a, gold, kind = _question(w, names, rng, kinds, only)
         while kinds == "multi" and a in texts[gold[0]]:  # e.g. the founder is the person asked about
-            q, a, gold, kind = _question(w, names, rng, kinds, only)  # type: ignore[arg-type]
+            q, a, gold, kind = _question(w, names, rng, kinds, only)
         meta = {"gold_ids": gold, "hops": len(gold), "kind": kind}
         tasks.append(Task(f"search-{split}-{seed}-{k:05d}", q, [a], meta))
     label = ("" if kinds == "all" else f", {kinds}-hop only") + (", disjoint" if disjoint else "")

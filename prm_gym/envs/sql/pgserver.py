@@ -22,6 +22,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -134,7 +135,10 @@ class PostgresServer:
             at = cmd.index(str(self.bin_dir / prog))
             cmd[at:at] = ["prlimit", f"--as={memory}", "--"]
         elif memory:
-            print("prm-gym: prlimit (util-linux) is not installed: the PostgreSQL server runs without a memory cap")
+            print(
+                "prm-gym: prlimit (util-linux) is not installed: the PostgreSQL server runs without a memory cap",
+                file=sys.stderr,
+            )
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
