@@ -85,6 +85,12 @@ Amended before any run."""
 CONTROL_LR = "3e-6"
 """SFT continued's learning rate in phase a (``--sft-continued-lr``): GRPO's (learn's ``--lr`` default), so
 the control takes GRPO's updates at GRPO's step size."""
+CONTROLS = ["--rft-rounds", "2", "--dynamic-sampling", "resample"]
+"""Phase a's recipe for the controls of issue #44 item 3, as the CPU controls ran them: the tuned RFT with its
+second round, and GRPO with DAPO's resampling (a step's groups without a signal are drawn again), so a start
+that already solves most training tasks still trains on informative groups. Amended 5 Dec 2026, before any
+run (learn's defaults are one RFT round and no resampling); the calibration runs with them, so its times
+carry their cost."""
 PRIMARY_SEEDS = 8
 """The seeds of each phase on the GPU, pre-registered with the primary cells (t(7))."""
 PRIMARY_A = "grpo-vs-sft_cont-templates-greedy"
@@ -191,6 +197,7 @@ def learn_cmd(args: argparse.Namespace, seed: int, folder: Path, size: Sequence[
     sets = [*size] if args.dry_run else ["--policy", args.policy, "--threads", str(args.threads), *size]
     cmd = ["-m", "experiments.learn", "--device", device, "--output-dir", str(folder)]
     seeds = ["--seed", str(seed), "--heldout-seed", "seed", "--sft-lr", SFT_LR, "--sft-continued-lr", CONTROL_LR]
+    seeds += CONTROLS
     return [*cmd, *without(LEARN_DRY if args.dry_run else LEARN_GPU, sets), *sets, *seeds]
 
 

@@ -55,6 +55,7 @@ def test_eight_seeds_run_as_parallel_processes_with_rotating_held_out_templates(
         assert _value(argv, "--heldout-seed") == "seed" and _value(argv, "--group-size") == "16"
         assert float(_value(argv, "--sft-continued-lr")) == grpo_lr  # the control at GRPO's step size
         assert _value(argv, "--sft-lr") == decisive.SFT_LR == "1.5e-5"  # the rate validation chose on the CPU
+        assert _value(argv, "--rft-rounds") == "2" and _value(argv, "--dynamic-sampling") == "resample"
     assert _value(cal[0][1], "--eval-tasks") == "16" and _value(cal[0][1], "--steps") == "1"  # make gpu-check's size
     assert _value(study[3][1], "--steps") == "5" and _value(study[3][1], "--eval-tasks") == "120"
     assert _value(study[3][1], "--output-dir") == str(tmp_path / "math" / "seed3")
