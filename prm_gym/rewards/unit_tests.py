@@ -70,6 +70,11 @@ class TestReport:
         return self.passed / self.total if self.total else 0.0
 
 
+UNPARSEABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
+"""What Python's parser raises for an agent's program: bad syntax, a NUL byte, nesting too deep for the
+parser's stack (``-`` * 3000 + ``1`` is a 3 KB RecursionError; longer, a MemoryError)."""
+
+
 def extract_code(answer: str) -> str:
     """The program in an answer: the last fenced code block, or the whole text."""
     blocks = _FENCE_RE.findall(answer)
@@ -84,7 +89,7 @@ def build_program(answer: str, meta: Mapping[str, Any]) -> str:
     try:
         tree = ast.parse(code)
         defines = any(isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == entry for s in tree.body)
-    except SyntaxError:
+    except UNPARSEABLE:  # the agent's program, scored by the tests (it fails them), never raised here
         defines = False
     if prompt_code and not defines:
         return _complete(prompt_code, code)
@@ -98,7 +103,7 @@ def _parses(src: str) -> bool:
     """True when ``src`` compiles (a full compile: ``return`` outside a function is caught)."""
     try:
         compile(src, "<answer>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except UNPARSEABLE:
         return False
     return True
 

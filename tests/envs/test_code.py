@@ -115,6 +115,14 @@ def test_partial_credit_and_faked_results_earn_nothing(he_env):
     assert info["reward_outcome"] == 0.0
 
 
+@pytest.mark.parametrize("code", ["-" * 3000 + "1", "1+" * 15000 + "1", "x" + ".a" * 10000, "not " * 3000 + "x"])
+def test_a_program_too_deeply_nested_to_parse_is_scored_not_raised(he_env, code):
+    # Python's parser raises RecursionError or MemoryError for these (a few KB of text): the agent's
+    # unparseable program, which fails the tests, not a judge bug that stops the run.
+    info = _grade(he_env, "HumanEval/0", code + "\n")
+    assert info["reward_outcome"] == 0.0 and info["judge"]["rule/unit_tests"]["score"] == 0.0
+
+
 def test_generated_tasks_reference_solutions_pass():
     tasks = generate_code_tasks(12, seed=3)
     assert [t.prompt for t in tasks] == [t.prompt for t in generate_code_tasks(12, seed=3)]
