@@ -4,8 +4,15 @@ math-verify (sympy) can run for minutes on a short hostile answer (``9^{9^{9^{9}
 an integer with more digits than atoms in the universe) while holding the GIL, and its own
 timeouts use ``SIGALRM``, which works only on the main thread. So the check runs in a small pool
 of child interpreters (``python -c``, no ``multiprocessing`` re-import of the caller's main
-module), each answering one JSON line per request. A child that does not answer within the
-deadline is killed (``SIGKILL``) and replaced; the caller gets :class:`VerifyTimeout`.
+module), each answering one JSON line per request.
+
+The deadline is CPU time, so what an answer costs decides its verdict, not how busy the machine
+is: each check runs under a CPU-time timer (``ITIMER_PROF``) whose signal ends the child; the
+caller gets :class:`VerifyTimeout`, the agent's answer being too expensive to check. Wall clock is
+bounded too, at :data:`WALL_FACTOR` times the deadline from the request (waiting for a free child
+included): a check past it while under its CPU time means the machine or the pool is saturated, an
+infrastructure failure (:class:`~prm_gym.core.errors.JudgeError`), never a wrong answer. Either way
+the child is killed (``SIGKILL``) and replaced.
 
 A child is capped at :data:`CHILD_MEMORY_BYTES` of address space, so a blow-up ends as a
 ``MemoryError`` inside the child, reported as an error for that answer. Children are started on
@@ -20,6 +27,7 @@ import json
 import math
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -31,10 +39,14 @@ from prm_gym.core.errors import JudgeError
 CHILD_MEMORY_BYTES = 2 << 30
 #: How long a fresh child may take to import math-verify before the pool gives up (infrastructure).
 STARTUP_TIMEOUT_S = 60.0
+#: A verdict's wall-clock bound, in multiples of its CPU-time deadline, counted from the request (the
+#: wait for a free child included, a child's start not): past it the pool is saturated (infrastructure).
+WALL_FACTOR = 10.0
 
 _CHILD = """
 import json, resource, signal, sys
 signal.signal(signal.SIGALRM, signal.SIG_DFL)  # an alarm ends the process, whatever holds the GIL
+signal.signal(signal.SIGPROF, signal.SIG_DFL)  # so does the CPU-time timer: the check's deadline
 try:
     resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}))
 except (ValueError, OSError):
@@ -46,20 +58,22 @@ reply, sys.stdout = sys.stdout, sys.stderr  # stray prints from libraries never 
 print("ready", file=reply, flush=True)
 for line in sys.stdin:
     try:
-        gold, answer, limit = json.loads(line)
+        gold, answer, cpu, limit = json.loads(line)
         signal.alarm(limit)  # a backstop: a child orphaned mid-check still dies
+        signal.setitimer(signal.ITIMER_PROF, cpu)  # CPU seconds of this process, from now
         g = parse(gold, parsing_timeout=None)
         a = parse(answer, parsing_timeout=None)
         out = {{"equal": bool(g and a and verify(g, a, timeout_seconds=None))}}
     except BaseException as exc:
         out = {{"error": type(exc).__name__ + ": " + str(exc)[:200]}}
+    signal.setitimer(signal.ITIMER_PROF, 0)
     signal.alarm(0)
     print(json.dumps(out), file=reply, flush=True)
 """
 
 
 class VerifyTimeout(Exception):
-    """The check did not finish within its deadline; the child was killed."""
+    """The check used its CPU-time deadline without a verdict (the answer's cost); the child was killed."""
 
 
 class VerifyFailed(Exception):
@@ -102,22 +116,31 @@ class _Child:
             raise JudgeError(f"the math-verify worker did not start within {STARTUP_TIMEOUT_S}s")
         self.ready = True
 
-    def ask(self, gold: str, answer: str, timeout_s: float) -> bool:
+    def ask(self, gold: str, answer: str, timeout_s: float, deadline: float) -> bool:
+        """The verdict within ``timeout_s`` of the child's CPU time and by ``deadline`` (monotonic)."""
         assert self.proc.stdin is not None
         try:
-            backstop = math.ceil(timeout_s) + 5  # seconds; the parent kills the child well before
-            self.proc.stdin.write(json.dumps([gold, answer, backstop]).encode() + b"\n")
+            backstop = math.ceil(max(0.0, deadline - time.monotonic())) + 5  # the parent kills it before
+            self.proc.stdin.write(json.dumps([gold, answer, timeout_s, backstop]).encode() + b"\n")
             self.proc.stdin.flush()
         except OSError:
             self.kill()
             raise VerifyFailed("the math-verify worker died") from None
-        line = self._line(time.monotonic() + timeout_s)
+        line = self._line(deadline)
         if line is None:
-            dead = self.proc.poll() is not None
+            try:
+                code = self.proc.wait(timeout=0.5)  # output closed: the child is ending
+            except subprocess.TimeoutExpired:
+                code = None
             self.kill()
-            if dead:
+            if code == -signal.SIGPROF:
+                raise VerifyTimeout(f"no verdict within {timeout_s}s of CPU time")
+            if code is not None:
                 raise VerifyFailed("the math-verify worker died on this input")
-            raise VerifyTimeout(f"no verdict within {timeout_s}s")
+            raise JudgeError(
+                f"math-verify: no verdict by the wall-clock bound ({WALL_FACTOR:g} x {timeout_s}s) though "
+                f"the check had not used its {timeout_s}s of CPU time: the machine or the pool is saturated"
+            )
         reply = json.loads(line)
         if "error" in reply:
             raise VerifyFailed(str(reply["error"]))
@@ -138,8 +161,8 @@ class _Child:
 class VerifyPool:
     """At most ``max_workers`` children; each request takes an idle one (or starts one).
 
-    The deadline covers the check itself: when more threads check at once than there are
-    children, a request first waits for a free child.
+    When more threads check at once than there are children, a request first waits for a free
+    child; that wait counts toward its wall-clock bound (:data:`WALL_FACTOR`), not its CPU time.
 
     Args:
         max_workers: children alive at once.
@@ -164,12 +187,18 @@ class VerifyPool:
             self._alive.add(child)
         return child
 
-    def _take(self) -> _Child:
+    def _take(self, deadline: float) -> _Child:
         with self._cond:
             if self._pid != os.getpid():  # forked: the children belong to the parent
                 self._idle, self._alive, self._starting, self._pid = [], set(), 0, os.getpid()
             while not self._idle and not self._room():
-                self._cond.wait()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JudgeError(
+                        f"math-verify: no worker free within the wall-clock bound: {len(self._alive)} busy "
+                        "with other checks (the pool is saturated)"
+                    )
+                self._cond.wait(left)
             if self._idle:
                 return self._idle.pop()
             self._starting += 1  # holds the slot while the child starts
@@ -188,15 +217,21 @@ class VerifyPool:
         """Whether math-verify finds ``answer`` equal to ``gold`` (both with math delimiters).
 
         Raises:
-            VerifyTimeout: no verdict within ``timeout_s`` (the child was killed and is replaced).
+            VerifyTimeout: the check used ``timeout_s`` of CPU time (the child was killed and is replaced).
             VerifyFailed: math-verify raised on the input, or its child died.
-            JudgeError: no child could be started (infrastructure).
+            JudgeError: no child could be started, or no verdict came within :data:`WALL_FACTOR` x
+                ``timeout_s`` of wall clock, waiting for a child included, while the check was still
+                under its CPU time (infrastructure: the machine or the pool is saturated).
         """
         self.requests += 1
-        child = self._take()
+        deadline = time.monotonic() + WALL_FACTOR * timeout_s
+        child = self._take(deadline)
         try:
-            child.wait_ready()
-            result = child.ask(gold, answer, timeout_s)
+            if not child.ready:  # a child's start is not part of the bound
+                started = time.monotonic()
+                child.wait_ready()
+                deadline += time.monotonic() - started
+            result = child.ask(gold, answer, timeout_s, deadline)
         except BaseException as exc:
             if isinstance(exc, VerifyFailed) and child.alive():  # it answered with an error: still in step
                 self._give_back(child)

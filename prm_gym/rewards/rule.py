@@ -80,9 +80,10 @@ _gold_clean = lru_cache(maxsize=65_536)(lambda gold: math_norm.clean(gold, any_u
 
 
 def _foreign_digits(text: str) -> bool:
-    """True when ``text`` has a decimal digit other than ASCII 0-9 (Arabic-Indic ``١٨``,
-    full-width ``１８``): the official MATH and PRM800K scorers do not read them as numbers."""
-    return not text.isascii() and any(ch.isdecimal() and not "0" <= ch <= "9" for ch in text)
+    """True when ``text`` has a digit or numeral other than ASCII 0-9 (Arabic-Indic ``١٨``, full-width
+    ``１８``, superscript ``²``, circled ``①``, ``½``): the official MATH and PRM800K scorers do not read
+    them as numbers, and Unicode's compatibility folding would turn ``12²`` into ``122``."""
+    return not text.isascii() and any(ch.isnumeric() and not "0" <= ch <= "9" for ch in text)
 
 
 def _too_complex(text: str) -> str | None:
@@ -104,8 +105,8 @@ def _too_complex(text: str) -> str | None:
 def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, str]:
     """Whether ``answer`` equals ``gold``, and why.
 
-    An answer written with digits other than ASCII 0-9 is wrong, as in the official scorers. In
-    order: plain numbers compare exactly as fractions; both sides are cleaned
+    An answer written with digits or numerals other than ASCII 0-9 (``١٨``, ``²``) is wrong, as in the
+    official scorers. In order: plain numbers compare exactly as fractions; both sides are cleaned
     (:func:`prm_gym.rewards.math_norm.clean`) and compared as exact numbers, then by the MATH
     grader's normalised string; only what is left goes to math-verify, in a child process killed
     at ``timeout_s`` (:mod:`prm_gym.rewards.math_worker`), with math delimiters around both sides.
@@ -116,7 +117,7 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
         JudgeError: the checking process could not be started (infrastructure).
     """
     if _foreign_digits(answer) and not _foreign_digits(gold):
-        return False, "digits other than ASCII 0-9 (the official scorers do not read them)"
+        return False, "digits or numerals other than ASCII 0-9 (the official scorers do not read them)"
     g, a = _gold_number(gold), _plain_number(answer)
     if g is not None and a is not None:
         return g == a, "exact number"
@@ -141,7 +142,7 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
     try:
         return math_worker.POOL.verify(f"${gc}$", f"${ac}$", timeout_s), "math-verify"
     except math_worker.VerifyTimeout:
-        return False, f"the symbolic check of the answer ran past {timeout_s}s and was stopped"
+        return False, f"the symbolic check of the answer used {timeout_s}s of CPU time and was stopped"
     except math_worker.VerifyFailed as exc:
         return False, f"the symbolic check failed on the answer: {exc}"[:200]
 

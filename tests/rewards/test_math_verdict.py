@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from prm_gym.core.errors import JudgeError
 from prm_gym.core.parsing import parse_action
 from prm_gym.core.tasks import Task
 from prm_gym.rewards import math_worker
@@ -157,6 +158,13 @@ TABLE = [
     ("18", "\u0661\u0668", False),  # Arabic-Indic
     ("18", "\uff11\uff18", False),  # full-width
     ("18", "\u06f1\u06f8", False),  # extended Arabic-Indic (Persian)
+    # superscript and circled digits: Unicode folding made 12² read as 122 (an attack audit, 5 Dec)
+    ("122", "12\u00b2", False),  # 12² is 144, not 122
+    ("151", "1\u2075\u00b9", False),  # 1⁵¹ is 1
+    ("144", "12\u00b2", False),  # true, but no official scorer reads it: rejected, as they do
+    ("151", "\u2460\u2464\u2460", False),  # circled ①⑤①
+    ("x^2+1", "x\u00b2+1", False),
+    ("1/2", "\u00bd", False),  # a vulgar fraction
     ("5", "1e999999999", False),  # no 10**999999999 computed in-process
     ("1000", "1e3", True),
 ]
@@ -211,8 +219,9 @@ def test_hostile_answers_get_a_verdict_within_the_limit_off_the_main_thread() ->
     worker.join(120)
     assert not worker.is_alive(), "a hostile answer hung the verifier"
     assert [ok for ok, _, _ in results] == [False] * len(HOSTILE) + [True, True], results
-    # the limit, plus killing the child and the start of its replacement (begun right after the kill)
-    assert all(elapsed < limit + 5.0 for _, _, elapsed in results), results
+    # the limit is CPU time: on a busy machine a check takes longer, within its wall-clock bound (plus
+    # killing the child and the start of its replacement, begun right after the kill)
+    assert all(elapsed < math_worker.WALL_FACTOR * limit + 5.0 for _, _, elapsed in results), results
     assert "stopped" in results[0][1] and "too long" in results[1][1]
 
 
@@ -292,11 +301,61 @@ def test_a_hung_child_left_alone_dies_on_its_own_alarm() -> None:
     try:
         child.wait_ready()
         assert child.proc.stdin is not None
-        child.proc.stdin.write(b'["$5$", "$9^{9^{9^{9}}}$", 1]\n')
+        child.proc.stdin.write(b'["$5$", "$9^{9^{9^{9}}}$", 600, 1]\n')  # 600 s of CPU, 1 s of wall clock
         child.proc.stdin.flush()
         assert child.proc.wait(timeout=30) == -signal.SIGALRM
     finally:
         child.kill()
+
+
+def test_the_deadline_is_cpu_time_so_a_busy_machine_does_not_fail_an_honest_answer() -> None:
+    """An honest check waiting behind hostile ones (more threads than children) still gets its verdict; each
+    hostile answer is stopped by its CPU time (the agent's, scored wrong), not by the queue's wall clock."""
+    pool = math_worker.VerifyPool(max_workers=1)
+    try:
+        hostile: list[str] = []
+        threads = [
+            threading.Thread(target=lambda: hostile.append(_outcome(pool, "$5$", "$9^{9^{9^{9}}}$", 1.0)))
+            for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        start = time.monotonic()
+        honest = _outcome(pool, "$\\sqrt{12}$", "$2\\sqrt{3}$", 2.0)  # waits behind up to two of them
+        waited = time.monotonic() - start
+        for t in threads:
+            t.join(60)
+        assert hostile == ["timeout"] * 2 and honest == "True", (hostile, honest)
+        assert waited < math_worker.WALL_FACTOR * 2.0 + 2.0, waited
+    finally:
+        pool.close()
+
+
+def test_a_check_that_cannot_get_a_worker_within_its_wall_clock_bound_is_infrastructure() -> None:
+    """No worker frees in time (one busy child, its CPU-time deadline far off): a JudgeError, flagged as the
+    platform's, never a wrong answer charged to the agent; and the bound holds."""
+    pool = math_worker.VerifyPool(max_workers=1)
+    try:
+        busy = threading.Thread(target=lambda: _outcome(pool, "$5$", "$9^{9^{9^{9}}}$", 30.0))
+        busy.start()
+        time.sleep(0.5)
+        start = time.monotonic()
+        with pytest.raises(JudgeError, match="saturated"):
+            pool.verify("$x$", "$x$", 0.2)
+        assert time.monotonic() - start < math_worker.WALL_FACTOR * 0.2 + 1.0
+    finally:
+        pool.close()
+        busy.join(60)
+
+
+def _outcome(pool: math_worker.VerifyPool, gold: str, answer: str, timeout_s: float) -> str:
+    try:
+        return str(pool.verify(gold, answer, timeout_s))
+    except math_worker.VerifyTimeout:
+        return "timeout"
+    except (math_worker.VerifyFailed, JudgeError) as exc:
+        return type(exc).__name__
 
 
 _TOKENS = ["1", "2", "3", "x", "y", "+", "-", "\\frac{1}{2}", "\\sqrt{3}", "\\pi", "(", ")", "^2", "^{3}", ","]
@@ -325,8 +384,8 @@ def test_spacing_the_grader_ignores_never_changes_the_verdict() -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", ["\uff11\uff18", "\u0661\u0668", "\u0967\u096e"]
-)  # full-width, Arabic-Indic, Devanagari
+    "answer", ["\uff11\uff18", "\u0661\u0668", "\u0967\u096e", "1\u2078", "\u2460\u2467"]
+)  # full-width, Arabic-Indic, Devanagari, superscript, circled
 def test_the_judge_rejects_digits_the_official_scorers_do_not_read(answer: str) -> None:
     """The judge's digits-only fast path read them with int(); now they score 0, with the reason."""
     verdict = MathEquivJudge().score_one(
