@@ -27,7 +27,11 @@ ENVS: dict[str, tuple[str, int]] = {
     "prm/SQL-v0": ("prm_gym.envs.sql.env:SQLEnv", 8),
     "prm/Search-v0": ("prm_gym.envs.search.env:SearchEnv", 4),
 }
-"""Every built-in id: (entry point, turn budget = ``max_episode_steps``)."""
+"""Every built-in id: (entry point, turn budget = the registered ``max_turns``).
+
+The env truncates at its own ``max_turns``; no ``max_episode_steps`` is registered, because Gymnasium's
+``TimeLimit`` wrapper would then cap the budget at the registered value and ``gym.make(id, max_turns=10)``
+would silently end after 6 turns."""
 
 BENCHMARK_ENVS: dict[str, tuple[str, int]] = {
     "prm/MathSlowTools-v0": ("prm_gym.envs.math.slow_tools:SlowToolsMathEnv", 6),
@@ -36,4 +40,4 @@ BENCHMARK_ENVS: dict[str, tuple[str, int]] = {
 
 for _id, (_entry, _turns) in {**ENVS, **BENCHMARK_ENVS}.items():
     if _id not in registry:
-        register(id=_id, entry_point=_entry, max_episode_steps=_turns, kwargs={"max_turns": _turns})
+        register(id=_id, entry_point=_entry, kwargs={"max_turns": _turns})

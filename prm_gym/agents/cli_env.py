@@ -12,6 +12,7 @@ from typing import Any
 
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.imports import import_modules
+from prm_gym.core.make import make_env
 
 TOOL_FORMATS = ("auto", "hermes", "llama3", "mistral", "qwen", "openai")
 
@@ -22,6 +23,28 @@ class _DeprecatedImport(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: Any, opt: Any = None) -> None:
         print(f"{parser.prog}: warning: --import is deprecated; use --imports {value}", file=sys.stderr)
         ns.imports = [*(ns.imports or []), value]
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (``--episodes -1`` sliced the task list from the end)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number of at least 0 (a sampling temperature)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
 
 
 def add_env_flags(p: argparse.ArgumentParser) -> None:
@@ -89,7 +112,7 @@ def make_policy_and_env(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
         policy = load_policy(args.policy, seed=args.seed)
     chat = ChatTemplate(policy.tokenizer, tool_format=args.tool_format)
-    env = gym.make(args.env, **chat.env_kwargs(env_kwargs(args)))
+    env = make_env(args.env, **chat.env_kwargs(env_kwargs(args)))
     if isinstance(policy, GoldPolicy):
         policy.env = env
     return policy, chat, env

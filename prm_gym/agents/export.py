@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prm_gym.agents.cli_env import add_env_flags
+from prm_gym.agents.cli_env import add_env_flags, positive_int
 from prm_gym.agents.policy_ids import POLICY_HELP
 from prm_gym.agents.rollout import Trajectory, TurnRecord
 from prm_gym.core.errors import ConfigError
@@ -196,10 +196,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="prm-export", description="Play episodes and export them to jsonl or parquet.")
     add_env_flags(p)
     p.add_argument("--policy", default="hf:tiny", help=POLICY_HELP + "; gold: the tasks' gold answers")
-    p.add_argument("--episodes", type=int, default=4, help="how many episodes to play")
+    p.add_argument("--episodes", type=positive_int, default=4, help="how many episodes to play")
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument("--output", required=True, help="output file, *.jsonl or *.parquet")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens sampled per turn")
+    p.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens sampled per turn")
     p.add_argument("--tokens", action="store_true", help="also export token ids, loss masks and log-probs")
     p.add_argument(
         "--progress",

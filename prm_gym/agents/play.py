@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_gym.agents.cli_env import add_env_flags
+from prm_gym.agents.cli_env import add_env_flags, non_negative_float, positive_int
 from prm_gym.agents.policy_ids import POLICY_HELP
 from prm_gym.core.errors import PRMError
 
@@ -30,13 +30,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
     p.add_argument(
         "--episodes",
-        type=int,
+        type=positive_int,
         default=None,
         help="how many episodes to play (default 1; with --policy gold every task)",
     )
     p.add_argument("--task-id", default=None, help="pin a task by id")
-    p.add_argument("--max-new-tokens", type=int, default=200, help="tokens sampled per turn")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=200, help="tokens sampled per turn")
+    p.add_argument("--temperature", type=non_negative_float, default=0.7, help="sampling temperature (0 = greedy)")
     p.add_argument(
         "--success-threshold", type=float, default=1.0, help="with --policy gold: the outcome return a task must reach"
     )

@@ -125,7 +125,8 @@ def register_tool_env(
         tasks: a jsonl path, a list of ``Task``/dicts, a ``TaskSet``, or a function returning
             tasks (called when the env is made, with ``split=`` if it takes that argument).
         judge: a judge expression.
-        max_turns: turn budget (also Gymnasium's ``max_episode_steps``).
+        max_turns: turn budget (the env truncates there; ``gym.make(env_id, max_turns=k)`` changes it, so
+            no ``max_episode_steps`` is registered: Gymnasium's ``TimeLimit`` would cap it).
         instructions: appended to every task prompt.
         tool_timeout_s: a tool call taking longer is the agent's failed call (an async tool is
             cancelled, a plain function abandoned); a tool raises ``InfraError`` for an outside failure.
@@ -156,7 +157,6 @@ def register_tool_env(
     register(
         id=env_id,
         entry_point="prm_gym.envs.custom:CustomToolEnv",
-        max_episode_steps=max_turns,
         nondeterministic=nondeterministic,
         kwargs={
             "tools": tool_list,

@@ -215,6 +215,7 @@ class MathEquivJudge(_RuleJudge):
     """
 
     name = "rule/math_equiv"
+    needs_answer = True  # the gold answer: the TRL adapter refuses a dataset without one
 
     def __init__(self, timeout_s: float = 5.0):
         self.timeout_s = timeout_s
@@ -237,6 +238,7 @@ class ExactMatchJudge(_RuleJudge):
     """1.0 when the SQuAD-normalised answer equals any gold answer, else 0.0."""
 
     name = "rule/exact_match"
+    needs_answer = True  # the gold answer: the TRL adapter refuses a dataset without one
 
     def score_one(self, turn: Turn) -> Verdict:
         answer, gold = turn.parsed.answer, turn.task.answer
@@ -258,6 +260,7 @@ class F1Judge(_RuleJudge):
     """
 
     name = "rule/f1"
+    needs_answer = True  # the gold answer: the TRL adapter refuses a dataset without one
 
     def __init__(self, mode: str = "squad"):
         if mode not in ("squad", "hotpotqa"):

@@ -156,6 +156,7 @@ class ToolEfficiencyJudge:
     name = "tool/efficiency"
     term = "tool_efficiency"
     scope = "final"
+    needs_answer = True  # its verifier's gold answer
 
     def __init__(self, verifier: str = "rule/math_equiv", optimal_calls: int = 1, answer_tag: str = "answer"):
         if optimal_calls < 0:

@@ -11,7 +11,9 @@ treats ``None`` as "not scored" (the completion is left out of that function's s
     trainer = GRPOTrainer(model, reward_funcs=funcs,
                           args=GRPOConfig(reward_weights=weights, ...), train_dataset=ds)
 
-The dataset needs the gold answer in an ``answer`` column (``answer_column=`` to change it);
+The dataset needs the gold answer in an ``answer`` column (``answer_column=`` to change it): a judge
+that compares with it (``needs_answer``: rule/math_equiv, rule/exact_match, rule/f1, tool/efficiency)
+raises :class:`~prm_gym.core.errors.ConfigError` when the column is absent or a row has none;
 optional ``task_id`` and ``meta`` columns reach the judges as :class:`prm_gym.core.tasks.Task` fields.
 Prompts and completions may be plain strings or conversations (lists of ``{"role", "content"}``
 messages, assistant ``tool_calls`` included). Each completion is judged as one final turn: its
@@ -31,7 +33,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from prm_gym.core.errors import InfraError
+from prm_gym.core.errors import ConfigError, InfraError
 from prm_gym.core.parsing import format_tool_call, parse_action
 from prm_gym.core.tasks import Task
 from prm_gym.rewards.combine import JudgeSpec, parse_judge_spec
@@ -40,6 +42,8 @@ from prm_gym.rewards.registry import make_judge
 from prm_gym.rewards.types import Turn
 
 Completion = str | Sequence[Mapping[str, Any]]
+_TRL_EXTRAS = frozenset({"completion_ids", "trainer_state", "log_extra", "log_metric"})
+"""What TRL passes beside the dataset's columns."""
 #: TRL's custom reward function type: ``(prompts, completions, **columns) -> list[float | None]``.
 RewardFunc = Callable[..., list[float | None]]
 
@@ -131,6 +135,8 @@ class JudgeReward:
     def __call__(
         self, prompts: Sequence[Completion], completions: Sequence[Completion], **kwargs: Any
     ) -> list[float | None]:
+        if getattr(self.judge, "needs_answer", False):
+            self._check_answers(kwargs, len(completions))
         turns = build_turns(prompts, completions, kwargs, self.answer_column)
         scores = self.score(turns)
         failures = sum(s is None for s in scores)
@@ -138,6 +144,23 @@ class JudgeReward:
         if callable(log_metric):
             log_metric(f"{self.__name__}/infra_errors", float(failures))
         return scores
+
+    def _check_answers(self, columns: Mapping[str, Any], n: int) -> None:
+        """A judge that compares with the gold answer gets one for every completion, or a ConfigError: scored
+        against nothing, every completion would be a silent 0.0."""
+        golds = columns.get(self.answer_column)
+        if golds is None:
+            seen = sorted(k for k in columns if k not in _TRL_EXTRAS)
+            raise ConfigError(
+                f"{self.judge.name} compares with the gold answer, and the dataset has no {self.answer_column!r} "
+                f"column (its columns: {seen}); name the gold answer's column with answer_column=."
+            )
+        missing = [i for i in range(n) if i >= len(golds) or golds[i] is None]
+        if missing:
+            raise ConfigError(
+                f"{self.judge.name} compares with the gold answer, and {len(missing)} of {n} completions have none "
+                f"in the {self.answer_column!r} column (the first: {missing[0]})."
+            )
 
     def score(self, turns: Sequence[Turn]) -> list[float | None]:
         """Scores in order; ``None`` where the judge failed. One batch call, per-turn on failure."""

@@ -17,6 +17,7 @@ import prm_gym  # noqa: F401  (registers prm/ ids)
 from prm_gym.agents.chat import DEFAULT_SYSTEM, ChatTemplate
 from prm_gym.agents.hf import HFPolicy
 from prm_gym.core.errors import ConfigError
+from prm_gym.core.make import make_env
 from prm_gym.core.seams import RewardKind, trainer_env
 from prm_gym.envs.remote import RemoteEnv
 from prm_gym.rewards.combine import CombineConfig
@@ -45,7 +46,7 @@ def env_factory(env_id: str, kwargs: dict[str, Any], env_url: str = "") -> Calla
     if env_id not in gym.registry:
         known = ", ".join(sorted(k for k in gym.registry if k.startswith("prm/")))
         raise ConfigError(f"env={env_id!r} is not registered; known prm ids: {known}.")
-    return lambda: gym.make(env_id, **kwargs)
+    return lambda: make_env(env_id, **kwargs)
 
 
 @dataclass

@@ -24,9 +24,13 @@ def test_play_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--policy", "hf:/missing/dir"]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert main(["--policy", "hf:tiny", "--judge", "rule/f1 +"]) == 2
-    with pytest.raises(SystemExit) as exc:
-        main(["--temperature", "warm"])
-    assert exc.value.code == 2
+    for bad in (["--temperature", "warm"], ["--temperature", "-1"], ["--episodes", "-1"], ["--episodes", "0"]):
+        # --episodes -1 played 999 of 1000 gold tasks; --temperature -1 was a traceback
+        with pytest.raises(SystemExit) as exc:
+            main(["--policy", "gold", *bad])
+        assert exc.value.code == 2
+    assert main(["--policy", "gold", "--env-kwargs", '{"levles": [1]}']) == 2
+    assert "unexpected keyword argument 'levles'" in capsys.readouterr().err
 
 
 def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:

@@ -26,8 +26,20 @@ def test_ids_are_registered() -> None:
     assert "prm/Math-v0" in PRM_IDS
     for env_id in PRM_IDS:
         spec = gym.spec(env_id)
-        assert spec.max_episode_steps is not None, env_id
-        assert isinstance(spec.entry_point, str), env_id
+        assert spec.kwargs["max_turns"] >= 1 and isinstance(spec.entry_point, str), env_id
+
+
+@pytest.mark.parametrize("turns", [2, 10])
+def test_max_turns_sets_the_turn_budget_either_way(turns: int) -> None:
+    """A TimeLimit registered at the default budget (6) silently capped max_turns=10 at 6 turns."""
+    env = gym.make("prm/Math-v0", max_turns=turns)
+    env.reset(seed=0)
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = env.step("thinking")
+        steps, done = steps + 1, terminated or truncated
+    assert (steps, truncated) == (turns, True)
+    env.close()
 
 
 @pytest.mark.parametrize("env_id", PRM_IDS)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
-from prm_gym.core.errors import JudgeError
+from prm_gym.core.errors import ConfigError, JudgeError
 from prm_gym.rewards.registry import register_judge
 from prm_gym.rewards.testing import FakeJudge
 from prm_gym.rewards.trl_adapter import build_turns, completion_turns, trl_reward_func, trl_rewards
@@ -39,6 +39,19 @@ def test_plain_text_completions_score_against_the_answer_column() -> None:
     cols: dict[str, Any] = {"answer": ["4", "Paris", "hi"], "trainer_state": None}
     assert funcs[0](prompts=prompts, completions=completions, **cols) == [1.0, 0.0, 0.0]
     assert funcs[1](prompts=prompts, completions=completions, **cols) == [0.0, 0.0, -1.0]
+
+
+def test_a_dataset_without_gold_answers_is_refused_not_scored_zero() -> None:
+    """Without the answer column every completion scored a silent 0.0 (a new-user audit, 5 Dec 2026)."""
+    (math_equiv, fmt), _ = trl_rewards("rule/math_equiv + 0.1*rule/format")
+    prompts, completions = ["x", "y"], ["<answer>4</answer>", "<answer>5</answer>"]
+    with pytest.raises(ConfigError, match=r"no 'answer' column \(its columns: \['solution'\]\)"):
+        math_equiv(prompts=prompts, completions=completions, solution=["4", "5"], trainer_state=None)
+    with pytest.raises(ConfigError, match="1 of 2 completions have none"):
+        math_equiv(prompts=prompts, completions=completions, answer=["4", None])
+    assert fmt(prompts=prompts, completions=completions) == [0.0, 0.0]  # needs no gold answer
+    (named,), _ = trl_rewards("rule/math_equiv", answer_column="solution")
+    assert named(prompts=prompts, completions=completions, solution=["4", "6"]) == [1.0, 0.0]
 
 
 def test_conversational_completions_with_tool_calls_become_history() -> None:

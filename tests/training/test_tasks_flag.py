@@ -43,3 +43,17 @@ def test_train_agent_refuses_a_dataset_of_another_env(tmp_path: Path, capsys: py
     argv = ["--env", "prm/SQL-v0", "--tasks", f"dataset:gsm8k:{data}", "--mode", "eval"]
     assert main([*argv, "--output-dir", str(tmp_path / "run"), "--no-progress"]) == 2
     assert "gsm8k tasks are played in prm/Math-v0, not prm/SQL-v0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [('{"levles": [1]}', "unexpected keyword argument 'levles'"), ('{"max_turns": "3"}', "not supported between")],
+)
+def test_env_kwargs_the_env_rejects_are_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kwargs: str, said: str
+) -> None:
+    """They were a traceback and exit 1 (TypeError out of gym.make); now the usage error, exit 2."""
+    argv = ["--env-kwargs", kwargs, "--steps", "1", "--output-dir", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("train-agent: error: prm/Math-v0 with keyword arguments") and said in err
