@@ -25,28 +25,6 @@ class _DeprecatedImport(argparse.Action):
         ns.imports = [*(ns.imports or []), value]
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1 (``--episodes -1`` sliced the task list from the end)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """An argparse type: a finite number of at least 0 (a sampling temperature)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
 def add_env_flags(p: argparse.ArgumentParser) -> None:
     """Add the env flags (the same names as ``train-agent``'s) to ``p``."""
     p.add_argument("--env", default="prm/Math-v0", help="a registered env id (default: prm/Math-v0)")

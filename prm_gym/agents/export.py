@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prm_gym.agents.cli_env import add_env_flags, positive_int
+from prm_gym.agents.cli_env import add_env_flags
 from prm_gym.agents.policy_ids import POLICY_HELP
 from prm_gym.agents.rollout import Trajectory, TurnRecord
+from prm_gym.core.argtypes import positive_int
 from prm_gym.core.errors import ConfigError
 from prm_gym.core.progress import track
 

@@ -14,8 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from prm_gym.agents.cli_env import add_env_flags, non_negative_float, positive_int
+from prm_gym.agents.cli_env import add_env_flags
 from prm_gym.agents.policy_ids import POLICY_HELP
+from prm_gym.core.argtypes import non_negative_float, positive_int
 from prm_gym.core.errors import PRMError
 
 

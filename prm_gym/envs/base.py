@@ -245,6 +245,8 @@ class ToolEnv(gym.Env[str, str]):
         )
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._closed:  # its tools and judges may be gone: a step would score against nothing
+            raise gym.error.Error("step() on a closed env; make a new one.")
         if self._task is None or self._done:
             raise gym.error.ResetNeeded("The episode is over (or never started); call reset().")
         parsed = self.parse(action)

@@ -49,9 +49,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if target.is_dir():
         target = target / CHECKPOINT
     if not target.exists():
-        raise ConfigError(f"no checkpoint at {str(target)!r}; train first or drop --resume.")
+        raise ConfigError(
+            f"no checkpoint at {str(target)!r} (--resume reads the run's, --init-checkpoint the file named)."
+        )
     # tensors, numbers, strings and containers only: loads without unpickling arbitrary objects
-    state: dict[str, Any] = torch.load(target, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(target, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ConfigError(
+            f"{str(target)!r} is not a checkpoint torch can load with weights only: {exc}"[:400]
+        ) from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"{str(target)!r} holds a {type(state).__name__}, not a checkpoint or a state dict.")
     return state
 
 

@@ -108,11 +108,15 @@ def run_eval(cfg: TrainConfig) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``train-agent``."""
-    from prm_gym.core.errors import PRMError
+    from prm_gym.core.errors import ConfigError, PRMError
     from prm_gym.core.imports import import_modules
 
     try:
         cfg = parse(argv)
+        try:  # a path that cannot be a folder fails here, not as a traceback at the first metrics line
+            Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--output-dir {cfg.output_dir!r}: {exc.strerror or exc}") from None
         import_modules(cfg.imports)
         if cfg.mode == "eval":
             print(json.dumps(run_eval(cfg), indent=2))

@@ -29,7 +29,7 @@ def test_play_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exc:
             main(["--policy", "gold", *bad])
         assert exc.value.code == 2
-    assert main(["--policy", "gold", "--env-kwargs", '{"levles": [1]}']) == 2
+    assert main(["--policy", "gold", "--env-kwargs", '{"levles": [1]}']) == 2  # a traceback before
     assert "unexpected keyword argument 'levles'" in capsys.readouterr().err
 
 

@@ -43,6 +43,17 @@ def test_max_turns_sets_the_turn_budget_either_way(turns: int) -> None:
 
 
 @pytest.mark.parametrize("env_id", PRM_IDS)
+def test_a_closed_env_refuses_step_as_it_refuses_reset(env_id: str) -> None:
+    """Math answered 'Answer received.' with reward_status ok after close, Search served results (an audit)."""
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    env.close()
+    for call in (lambda: env.step("<answer>1</answer>"), lambda: env.reset(seed=1)):
+        with pytest.raises(gym.error.Error, match="closed env"):
+            call()
+
+
+@pytest.mark.parametrize("env_id", PRM_IDS)
 def test_check_env(env_id: str) -> None:
     env = gym.make(env_id)
     with warnings.catch_warnings():

@@ -360,3 +360,17 @@ def test_unusable_verdicts_are_counted_per_judge_in_the_metrics() -> None:
     out = judge_usage([traj(bad, good), traj(bad)])
     assert out["judge/llm/turn/unusable"] == 2.0 and "judge/rule/format/unusable" not in out
     assert "judge/llm/turn/unusable" not in judge_usage([traj(good)])
+
+
+def test_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--init-checkpoint on a text file raised torch's UnpicklingError/KeyError; a missing one named --resume."""
+    text, listed = tmp_path / "notes.pt", tmp_path / "list.pt"
+    text.write_text("hello")
+    torch.save([1, 2], listed)
+    with pytest.raises(ConfigError, match="not a checkpoint torch can load"):
+        load_checkpoint(text)
+    with pytest.raises(ConfigError, match="holds a list"):
+        load_checkpoint(listed)
+    argv = ["--init-checkpoint", str(tmp_path / "nope.pt"), "--steps", "1", "--output-dir", str(tmp_path / "r")]
+    assert main([*argv, "--no-progress"]) == 2
+    assert "--init-checkpoint the file named" in capsys.readouterr().err

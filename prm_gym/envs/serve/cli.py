@@ -20,6 +20,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from prm_gym.core.argtypes import port_number
 from prm_gym.core.errors import ConfigError, PRMError
 from prm_gym.core.extras import require
 from prm_gym.core.imports import import_modules
@@ -35,7 +36,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     )
     p.add_argument("--env", required=True, help="registered env id, e.g. prm/SQL-v0")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port, 0-65535 (0: any free one)")
     p.add_argument("--env-kwargs", default="", help="JSON keyword arguments for gym.make, e.g. '{\"levels\": [1]}'")
     p.add_argument(
         "--allow-kwargs",

@@ -39,6 +39,7 @@ from collections.abc import Sequence, Sized
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from prm_gym.core.argtypes import port_number
 from prm_gym.core.errors import PRMError, ToolError
 from prm_gym.envs.search.index.protocol import Retriever
 
@@ -249,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     src.add_argument("--corpus", help="a jsonl corpus to index in memory at start-up")
     ap.add_argument("--backend", default="bm25", choices=["bm25", "dense", "pyserini"])
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--port", type=port_number, default=8000, help="TCP port, 0-65535 (0: any free one)")
     ap.add_argument("--verbose", action="store_true", help="log every request")
     ap.add_argument(
         "--batch-threads", type=int, default=1, help="threads one request's queries use (bm25, pyserini backends)"
