@@ -38,6 +38,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from experiments import HelpFormatter
 from experiments import compare_search as cs
 from experiments import compare_stats as st
 from experiments.compare_config import study_config
@@ -68,7 +69,7 @@ def comparisons(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--task", choices=["math", "search"], default="math", help="the env the comparisons run on")
     p.add_argument("--which", choices=[*COMPARISONS, "all"], default="all")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..n-1, each with its own warm start")

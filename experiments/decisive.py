@@ -65,7 +65,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from experiments import learn_seeds  # noqa: E402
+from experiments import HelpFormatter, learn_seeds  # noqa: E402
 from experiments.gpu_check import CAL_GPU, REQUIRED, TIMEOUTS, calibration, plan, run_phase  # noqa: E402
 from experiments.gpu_learn import (  # noqa: E402
     COMPARE,
@@ -105,7 +105,7 @@ SUMMARY_S = 30
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--output-dir", default="runs/decisive")
     p.add_argument("--phases", default="a,b", help="a (math), b (search), or a,b")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..n-1 of each phase (8; dry run 2)")

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
+from experiments import HelpFormatter
 from experiments.compare_stats import clustered_mean, mean_se, t_interval, templates_of, verdict
 from experiments.study_device import add_device_flag, model_device, resolve_device_flag
 from prm_gym.agents.chat import ChatTemplate
@@ -289,8 +290,8 @@ def show_episode(policy: Any, chat: ChatTemplate, args: argparse.Namespace, titl
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output-dir", default="runs/learn")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--output-dir", default="runs/demo")  # not learn's: both write <out>/summary.json
     p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:<dir>, or hf:tiny (random)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--levels", type=int, nargs="+", default=[1, 2], help="prm/Math-v0 task levels (1-4)")

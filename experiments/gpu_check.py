@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks.gpu_busy import BusySampler, fmt_share  # noqa: E402
+from experiments import HelpFormatter  # noqa: E402
 from experiments.gpu_learn import LEARN_DRY, LEARN_GPU  # noqa: E402
 
 TIMEOUTS = {"calibrate": 100, "tests": 100, "sampler": 120, "episodes": 75, "learner": 60}
@@ -72,7 +73,7 @@ REQUIRED = ("gymnasium", "math_verify", "tyro")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--output-dir", default="runs/gpu-check")
     p.add_argument("--budget-s", type=float, default=540.0, help="wall clock for every phase together")
     p.add_argument("--policy", default="hf:smollm2-135m", help="the model of the benchmarks and the study")

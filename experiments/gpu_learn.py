@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments import HelpFormatter
 from experiments.study_device import add_device_flag, resolve_device_flag
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +83,7 @@ COMPARE_DRY += ["--max-new-tokens", "16", "--micro-batch", "2", "--threads", "1"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The flags; ``--device`` is resolved (``cpu``, ``cuda:0``) unless the GPU check stops the run first."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--output-dir", default="runs/gpu-learn")
     p.add_argument("--budget-s", type=float, default=600.0, help="wall clock for both phases together")
     p.add_argument("--dry-run", action="store_true", help="hf:tiny at toy sizes (on the CPU by default), no GPU check")

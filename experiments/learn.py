@@ -62,6 +62,7 @@ import gymnasium as gym
 import torch
 
 import prm_gym  # noqa: F401  (registers the prm/ ids)
+from experiments import HelpFormatter
 from experiments.compare_stats import clustered_rate, paired, rate
 from experiments.learn_records import MODELS, MODES, SETS, record_file, record_key
 from experiments.study_device import add_device_flag, model_device, resolve_device_flag
@@ -611,7 +612,7 @@ def summarise(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--output-dir", default="runs/learn")
     p.add_argument("--policy", default="hf:smollm2-135m", help="hf:smollm2-135m, hf:<dir>, or hf:tiny (random)")
     p.add_argument("--seed", type=int, default=0)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments import HelpFormatter
 from experiments.compare_stats import (
     clustered_mean,
     clustered_rate,
@@ -242,7 +243,7 @@ def _template_tables(result: dict[str, Any], names: Sequence[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="make learn output directories, one per seed")
     p.add_argument("--markdown", type=Path, help="also write the tables to this file")
     p.add_argument("--per-template", action="store_true", help="also print GRPO − SFT per held-out template")
