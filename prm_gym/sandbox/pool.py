@@ -39,7 +39,10 @@ class WarmPool(WorkerSandbox):
         self._ready: deque[Worker] = deque()
         self._cond = threading.Condition()
         self.spawn_error: Exception | None = None
-        self._thread = threading.Thread(target=self._refill, name=f"{self.name}-refill", daemon=True)
+        # the thread holds the pool weakly: a pool dropped without close() is collected, and its finalizer
+        # kills the ready workers (a bound method as the target kept it, and 18 processes, alive till exit)
+        ref = weakref.ref(self)
+        self._thread = threading.Thread(target=_refill, args=(ref, self._cond), name=f"{self.name}-refill", daemon=True)
         self._thread.start()
         self._finalizer = weakref.finalize(self, _drain, self._ready, self._cond)
 
@@ -88,26 +91,6 @@ class WarmPool(WorkerSandbox):
                 self._cond.wait(left)
             return len(self._ready) >= self.size
 
-    def _refill(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and len(self._ready) >= self.size:
-                    self._cond.wait()
-                if self._closed:
-                    return
-            try:
-                worker = self.spawn()
-            except Exception as exc:  # reported by the next synchronous spawn in acquire()
-                self.spawn_error = exc
-                time.sleep(1.0)
-                continue
-            with self._cond:
-                if self._closed:
-                    worker.kill()
-                    return
-                self._ready.append(worker)
-                self._cond.notify_all()
-
     def close(self) -> None:
         if self._closed:
             return
@@ -123,6 +106,40 @@ def _drain(ready: deque[Worker], cond: threading.Condition) -> None:
     with cond:
         while ready:
             ready.popleft().kill()
+        cond.notify_all()
+
+
+#: How often an idle refill thread looks whether its pool is still referenced.
+_IDLE_CHECK_S = 1.0
+
+
+def _refill(ref: weakref.ReferenceType[WarmPool], cond: threading.Condition) -> None:
+    """Keep ``ref``'s pool at its size until it is closed or collected; it is held strongly only while a
+    worker is being started, never while waiting."""
+    while True:
+        with cond:
+            while True:
+                pool = ref()
+                if pool is None or pool._closed:
+                    return
+                if len(pool._ready) < pool.size:
+                    break
+                del pool
+                cond.wait(_IDLE_CHECK_S)
+        try:
+            worker = pool.spawn()
+        except Exception as exc:  # reported by the next synchronous spawn in acquire()
+            pool.spawn_error = exc
+            del pool
+            time.sleep(1.0)
+            continue
+        with cond:
+            if pool._closed:
+                worker.kill()
+                return
+            pool._ready.append(worker)
+            cond.notify_all()
+        del pool
 
 
 def bwrap_pool(limits: Limits | None = None, *, size: int = 2, **kwargs: Any) -> WarmPool:

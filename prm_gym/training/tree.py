@@ -113,32 +113,34 @@ def sample_trees(
     out = RolloutUnit()
     m = cfg.num_trees
     envs = [make_env() for _ in range(len(task_ids) * m)]
-    roots_tasks = [tid for tid in task_ids for _ in range(m)]
-    roots_seeds = [s for s in seeds for _ in range(m)]
-    chains = rollout(
-        envs,
-        policy,
-        chat,
-        seeds=roots_seeds,
-        task_ids=roots_tasks,
-        sampling=sampling,
-        max_context_tokens=max_context_tokens,
-    )
-    bases = [trainer_env(e, fork=True, where="tree-grpo") for e in envs]
-    for b, tid, s in zip(bases, roots_tasks, roots_seeds, strict=True):
-        b.reset(seed=s, options={"task_id": tid})
-    tree_leaves: list[list[Trajectory]] = [[c] for c in chains]
-    forked_at: dict[int, int] = {id(c): 0 for c in chains}
-    for traj in chains:
-        out.generated_tokens += traj.num_generated_tokens
-        out.tool_calls += tool_calls(traj.turns)
-    for _ in range(cfg.expand_rounds):
-        _expand_round(bases, tree_leaves, forked_at, policy, chat, cfg, rng, out, sampling, max_context_tokens)
-    out.leaves = [leaf for leaves in tree_leaves for leaf in leaves]
-    out.trees = [tree for tree, leaves in enumerate(tree_leaves) for _ in leaves]
-    out.tasks = [tree // m for tree in out.trees]
-    for e in envs:
-        e.close()
+    try:
+        roots_tasks = [tid for tid in task_ids for _ in range(m)]
+        roots_seeds = [s for s in seeds for _ in range(m)]
+        chains = rollout(
+            envs,
+            policy,
+            chat,
+            seeds=roots_seeds,
+            task_ids=roots_tasks,
+            sampling=sampling,
+            max_context_tokens=max_context_tokens,
+        )
+        bases = [trainer_env(e, fork=True, where="tree-grpo") for e in envs]
+        for b, tid, s in zip(bases, roots_tasks, roots_seeds, strict=True):
+            b.reset(seed=s, options={"task_id": tid})
+        tree_leaves: list[list[Trajectory]] = [[c] for c in chains]
+        forked_at: dict[int, int] = {id(c): 0 for c in chains}
+        for traj in chains:
+            out.generated_tokens += traj.num_generated_tokens
+            out.tool_calls += tool_calls(traj.turns)
+        for _ in range(cfg.expand_rounds):
+            _expand_round(bases, tree_leaves, forked_at, policy, chat, cfg, rng, out, sampling, max_context_tokens)
+        out.leaves = [leaf for leaves in tree_leaves for leaf in leaves]
+        out.trees = [tree for tree, leaves in enumerate(tree_leaves) for _ in leaves]
+        out.tasks = [tree // m for tree in out.trees]
+    finally:  # closed even when a rollout or an expansion raises
+        for e in envs:
+            e.close()
     return out
 
 
@@ -163,27 +165,32 @@ def _expand_round(
     counting a shared node once per leaf would over-sample the shallow nodes.
     """
     forks: list[Any] = []
-    prefixes: list[Trajectory] = []
-    owners: list[int] = []
-    for tree, leaves in enumerate(tree_leaves):
-        # boundaries after turn k-1, before turn k; k = 0 (the root) only with cfg.expand_root
-        nodes = tree_nodes(leaves, forked_at, root=cfg.expand_root)
-        if not nodes:  # every leaf ended after one turn: no non-leaf node, so fresh chains
-            nodes = [(leaves[0], 0)]
-        replace = cfg.expand_with_replacement or len(nodes) < cfg.expand_nodes
-        picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=replace)
-        for p in picks:
-            leaf, k = nodes[int(p)]
-            out.root_branches += int(k == 0)  # a branch at the bare prompt: one more chain
-            forks.append(_fork_at(bases[tree], leaf, k))
-            out.replayed_turns += k
-            prefixes.append(_prefix(leaf, k))
-            owners.append(tree)
-    branches = continue_rollout(forks, prefixes, policy, chat, sampling=sampling, max_context_tokens=max_context_tokens)
-    for tree, prefix, branch, env in zip(owners, prefixes, branches, forks, strict=True):
-        new_turns = branch.turns[len(prefix.turns) :]
-        out.generated_tokens += branch.num_generated_tokens - prefix.num_generated_tokens
-        out.tool_calls += tool_calls(new_turns)
-        tree_leaves[tree].append(branch)
-        forked_at[id(branch)] = len(prefix.turns)
-        env.close()
+    try:
+        prefixes: list[Trajectory] = []
+        owners: list[int] = []
+        for tree, leaves in enumerate(tree_leaves):
+            # boundaries after turn k-1, before turn k; k = 0 (the root) only with cfg.expand_root
+            nodes = tree_nodes(leaves, forked_at, root=cfg.expand_root)
+            if not nodes:  # every leaf ended after one turn: no non-leaf node, so fresh chains
+                nodes = [(leaves[0], 0)]
+            replace = cfg.expand_with_replacement or len(nodes) < cfg.expand_nodes
+            picks = rng.choice(len(nodes), size=cfg.expand_nodes, replace=replace)
+            for p in picks:
+                leaf, k = nodes[int(p)]
+                out.root_branches += int(k == 0)  # a branch at the bare prompt: one more chain
+                forks.append(_fork_at(bases[tree], leaf, k))
+                out.replayed_turns += k
+                prefixes.append(_prefix(leaf, k))
+                owners.append(tree)
+        branches = continue_rollout(
+            forks, prefixes, policy, chat, sampling=sampling, max_context_tokens=max_context_tokens
+        )
+        for tree, prefix, branch in zip(owners, prefixes, branches, strict=True):
+            new_turns = branch.turns[len(prefix.turns) :]
+            out.generated_tokens += branch.num_generated_tokens - prefix.num_generated_tokens
+            out.tool_calls += tool_calls(new_turns)
+            tree_leaves[tree].append(branch)
+            forked_at[id(branch)] = len(prefix.turns)
+    finally:  # the forks' sandboxes and connections go even when a branch raises
+        for env in forks:
+            env.close()

@@ -87,3 +87,24 @@ def test_pool_runs_from_a_clean_state_every_time():
         )
     assert r.stdout.split(" ", 2)[:2] == ["False", "['main.py']"], r
     assert int(r.stdout.split()[-1]) <= 2  # bwrap's init and the program itself
+
+
+def test_a_pool_dropped_without_close_is_collected_and_kills_its_workers():
+    """Its refill thread held the pool through a bound method, so a dropped pool (a fork never closed) kept
+    its started workers alive until the interpreter exited (an attack audit)."""
+    import gc
+    import subprocess
+
+    pool = WarmPool(BwrapSandbox(), size=2)
+    assert pool.wait_ready(30)
+    procs = [w.proc for w in pool._ready]
+    thread = pool._thread
+    del pool
+    gc.collect()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"worker {proc.pid} outlived its dropped pool")
+    thread.join(5)
+    assert not thread.is_alive()
