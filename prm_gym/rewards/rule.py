@@ -122,6 +122,10 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
     if g is not None and a is not None:
         return g == a, "exact number"
     gc, ac = _gold_clean(gold), math_norm.clean(answer)
+    if "=" in ac and "=" not in gc:
+        sides = [math_norm.number(side) for side in ac.split("=")]
+        if len({n for n in sides if n is not None}) > 1:  # 152 = 151 (math-verify reads the last side)
+            return False, "a false equation: its sides are different numbers"
     gn, an = math_norm.number(gc), math_norm.number(ac)
     if gn is not None and an is None:  # a number asked for: one number with unit words counts
         split = math_norm.trailing_words(ac)

@@ -165,6 +165,10 @@ TABLE = [
     ("151", "\u2460\u2464\u2460", False),  # circled ①⑤①
     ("x^2+1", "x\u00b2+1", False),
     ("1/2", "\u00bd", False),  # a vulgar fraction
+    # a false equation whose last side is the gold (an attack audit, 5 Dec 2026)
+    ("151", "152 = 151", False),  # math-verify reads the last side
+    ("151", "3 = 151", False),  # the MATH grader drops a left side of 2 characters or fewer
+    ("151", "x = 151", True),
     ("5", "1e999999999", False),  # no 10**999999999 computed in-process
     ("1000", "1e3", True),
 ]
@@ -178,6 +182,7 @@ def test_fidelity_table(gold: str, answer: str, expected: bool) -> None:
 def test_every_answer_the_math_grader_accepts_is_accepted() -> None:
     """Where the reference grader says equal, so do we, except two numbers it joins by dropping a space."""
     deliberate = {("15/7", "15/7\\text{ dozen}")}  # it drops any \text{ ...} after the answer; a unit only here
+    deliberate.add(("151", "3 = 151"))  # it drops a short left side; a false equation here
     accepted = [(g, a) for g, a, _ in TABLE if ref_is_equiv(g, a) and not re.search(r"\d\s+\d", a)]
     assert len(accepted) >= 15
     assert [(g, a) for g, a in accepted if not math_equal(g, a)] == sorted(deliberate)
