@@ -230,6 +230,8 @@ def test_resume_without_a_checkpoint_starts_from_scratch(tmp_path: Path, capsys:
     run = train(small(tmp_path / "fresh", steps=1, resume=True))
     assert run.step == 1 and load_checkpoint(tmp_path / "fresh")["step"] == 1
     assert "no checkpoint" in capsys.readouterr().err
+    train(small(tmp_path / "fresh", steps=1))  # again, without --resume: said, since it replaces the run
+    assert "holds a run; this one starts over" in capsys.readouterr().err
 
 
 def test_eval_leaves_infra_error_episodes_out_of_the_denominators(tmp_path: Path) -> None:
