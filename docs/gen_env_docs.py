@@ -5,7 +5,7 @@ Usage::
     python docs/gen_env_docs.py           # (re)write docs/envs/*.md
     python docs/gen_env_docs.py --check   # exit 1 and name the stale pages if they drifted
 
-A page holds the registration (id, entry point, ``max_episode_steps``, registered kwargs), the
+A page holds the registration (id, entry point, ``max_episode_steps`` if any, registered kwargs), the
 docstring's ``## Description`` ... ``## Version History`` sections, and the constructor's
 arguments with their defaults read from the signature, so it cannot drift from the code
 (tests/docs/test_env_docs.py runs ``--check``).

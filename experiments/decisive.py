@@ -223,7 +223,7 @@ def combine(cals: Sequence[dict[str, float]]) -> dict[str, float]:
 def plan_study(cals: Sequence[dict[str, float]], left_s: float, dry_run: bool, max_steps: int) -> dict[str, Any]:
     """The study's size from the seeds' calibrations: make gpu-check's :func:`experiments.gpu_check.plan`
     on :func:`combine`'s times, for ``left_s`` seconds, its GRPO steps capped at ``max_steps``."""
-    study = plan(combine(cals), left_s, dry_run)
+    study = plan(combine(cals), left_s, dry_run, rft_rounds=int(CONTROLS[CONTROLS.index("--rft-rounds") + 1]))
     if study["steps"] > max_steps:
         study |= {"steps": max_steps, "note": f"{study['note']}; steps capped at {max_steps}"}
     return study

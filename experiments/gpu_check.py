@@ -234,22 +234,30 @@ def decode_growth(sampler_json: Path) -> float:
         return 0.5
 
 
-def estimate(cal: dict[str, float], steps: int, tasks: int, alpha: float, cal_tasks: int, chunk: int = 250) -> float:
+def estimate(
+    cal: dict[str, float], steps: int, tasks: int, alpha: float, cal_tasks: int, chunk: int = 250, rft_rounds: int = 1
+) -> float:
     """Seconds the learn study should take with ``steps`` GRPO steps and ``tasks`` held-out tasks a
     set, from the calibration (``cal_tasks`` tasks an evaluation). Deliberately high: SFT at 1.5x the
-    calibration's plus 10 s (more steps and validation tasks, one batch each); RFT plays ``steps``
-    GRPO steps' episodes plus 12 s of fine-tuning; GRPO ``steps`` steps plus 3 evaluations in
-    training; 16 evaluations, the 4 few-shot ones (longer prompt, all 4 turns) counted twice, each
-    ``ceil(tasks / chunk)`` batches whose time grows as ``rows ** alpha``; 15 s of start-up."""
+    calibration's plus 10 s (more steps and validation tasks, one batch each); SFT continued ``steps``
+    updates of about a learner step each; RFT plays ``steps`` GRPO steps' episodes plus 12 s of
+    fine-tuning, ``rft_rounds`` times; GRPO ``steps`` steps (their resampled draws are in the
+    calibration's step) plus 3 evaluations in training; 16 evaluations, the 4 few-shot ones (longer
+    prompt, all 4 turns) counted twice, each ``ceil(tasks / chunk)`` batches whose time grows as
+    ``rows ** alpha``; 15 s of start-up. The calibration's ``rft_s`` holds SFT continued's step and
+    every round's one step of episodes."""
     rollout, step = cal["rollout_s"], cal["rollout_s"] + cal["learn_s"]
     sft = 1.5 * cal["sft_s"] + 10
-    rft = max(0.0, cal["rft_s"] - rollout) + steps * rollout + 12
+    rft = max(0.0, cal["rft_s"] - rft_rounds * rollout - cal["learn_s"]) + rft_rounds * (steps * rollout + 12)
+    rft += steps * cal["learn_s"]  # SFT continued (between SFT and RFT, inside rft_s)
     grpo = max(0.0, cal["grpo_s"] - step) + steps * step + (3 * cal["eval_s"] if steps >= 3 else 0.0)
     per_eval = cal["eval_s"] * math.ceil(tasks / chunk) * max(1.0, min(tasks, chunk) / cal_tasks) ** alpha
     return sft + rft + grpo + 20 * per_eval + 15
 
 
-def plan(cal: dict[str, float], left_s: float, dry_run: bool, alpha: float = 0.5) -> dict[str, Any]:
+def plan(
+    cal: dict[str, float], left_s: float, dry_run: bool, alpha: float = 0.5, rft_rounds: int = 1
+) -> dict[str, Any]:
     """The study's ``steps`` and ``eval_tasks``: the full size scaled down (both by one factor) until
     :func:`estimate` fits 90% of ``left_s``; a quarter of it when the calibration is incomplete."""
     max_steps, max_tasks, min_tasks = SCALE[dry_run]
@@ -263,7 +271,7 @@ def plan(cal: dict[str, float], left_s: float, dry_run: bool, alpha: float = 0.5
     f = 1.0
     while True:
         steps, tasks = size(f)
-        est = estimate(cal, steps, tasks, alpha, cal_tasks)
+        est = estimate(cal, steps, tasks, alpha, cal_tasks, rft_rounds=rft_rounds)
         if est <= 0.9 * left_s or (steps, tasks) == size(0.0):
             break
         f *= 0.85

@@ -137,7 +137,7 @@ def test_prm_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "prm-export:" in err and "/2 [" in err and "episode" in err
-    assert main([*argv[:1], "0", *argv[2:], "--no-progress"]) == 0  # --episodes 0: only the flag is checked
+    assert main([*argv[:1], "1", *argv[2:], "--no-progress"]) == 0
     assert "prm-export:" not in capsys.readouterr().err
 
 

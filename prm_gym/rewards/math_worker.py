@@ -9,10 +9,12 @@ module), each answering one JSON line per request.
 The deadline is CPU time, so what an answer costs decides its verdict, not how busy the machine
 is: each check runs under a CPU-time timer (``ITIMER_PROF``) whose signal ends the child; the
 caller gets :class:`VerifyTimeout`, the agent's answer being too expensive to check. Wall clock is
-bounded too, at :data:`WALL_FACTOR` times the deadline from the request (waiting for a free child
-included): a check past it while under its CPU time means the machine or the pool is saturated, an
-infrastructure failure (:class:`~prm_gym.core.errors.JudgeError`), never a wrong answer. Either way
-the child is killed (``SIGKILL``) and replaced.
+bounded too, at :data:`WALL_FACTOR` times the deadline from the check's start: a check past it while
+under its CPU time means the machine is saturated, an infrastructure failure
+(:class:`~prm_gym.core.errors.JudgeError`), never a wrong answer. Either way the child is killed
+(``SIGKILL``) and replaced. A request that finds every child busy waits at most its deadline for one,
+then starts a child of its own (up to :data:`MAX_CHILDREN`), so no answer's verdict depends on the
+answers queued ahead of it; the extra children are ended when they finish.
 
 A child is capped at :data:`CHILD_MEMORY_BYTES` of address space, so a blow-up ends as a
 ``MemoryError`` inside the child, reported as an error for that answer. Children are started on
@@ -39,9 +41,12 @@ from prm_gym.core.errors import JudgeError
 CHILD_MEMORY_BYTES = 2 << 30
 #: How long a fresh child may take to import math-verify before the pool gives up (infrastructure).
 STARTUP_TIMEOUT_S = 60.0
-#: A verdict's wall-clock bound, in multiples of its CPU-time deadline, counted from the request (the
-#: wait for a free child included, a child's start not): past it the pool is saturated (infrastructure).
+#: A check's wall-clock bound, in multiples of its CPU-time deadline, from the check's start (a child's
+#: start and the wait for a child not included): past it the machine is saturated (infrastructure).
 WALL_FACTOR = 10.0
+#: Children alive at most, those started by requests that waited included; past it a request waits up
+#: to :data:`WALL_FACTOR` times its deadline for one, then is infrastructure (the pool is saturated).
+MAX_CHILDREN = 32
 
 _CHILD = """
 import json, resource, signal, sys
@@ -159,13 +164,13 @@ class _Child:
 
 
 class VerifyPool:
-    """At most ``max_workers`` children; each request takes an idle one (or starts one).
+    """``max_workers`` children kept; each request takes an idle one (or starts one).
 
-    When more threads check at once than there are children, a request first waits for a free
-    child; that wait counts toward its wall-clock bound (:data:`WALL_FACTOR`), not its CPU time.
+    When more threads check at once than there are children, a request waits for a free child for
+    at most its deadline, then starts one more (up to :data:`MAX_CHILDREN`; it is ended after the check).
 
     Args:
-        max_workers: children alive at once.
+        max_workers: children kept alive between checks.
     """
 
     def __init__(self, max_workers: int = 2) -> None:
@@ -187,18 +192,23 @@ class VerifyPool:
             self._alive.add(child)
         return child
 
-    def _take(self, deadline: float) -> _Child:
+    def _take(self, patience_s: float, deadline: float) -> _Child:
+        """An idle child, or a new one while there is room; after ``patience_s`` of waiting, room goes up to
+        :data:`MAX_CHILDREN`; :class:`JudgeError` when there is none by ``deadline`` (monotonic)."""
+        surge_at = time.monotonic() + patience_s
         with self._cond:
             if self._pid != os.getpid():  # forked: the children belong to the parent
                 self._idle, self._alive, self._starting, self._pid = [], set(), 0, os.getpid()
-            while not self._idle and not self._room():
-                left = deadline - time.monotonic()
-                if left <= 0:
+            while not self._idle:
+                now = time.monotonic()
+                if self._room(self.max_workers if now < surge_at else MAX_CHILDREN):
+                    break
+                if now >= deadline:
                     raise JudgeError(
-                        f"math-verify: no worker free within the wall-clock bound: {len(self._alive)} busy "
-                        "with other checks (the pool is saturated)"
+                        f"math-verify: no worker free in time: {len(self._alive)} busy with other checks "
+                        "(the pool is saturated)"
                     )
-                self._cond.wait(left)
+                self._cond.wait((surge_at if now < surge_at else deadline) - now)
             if self._idle:
                 return self._idle.pop()
             self._starting += 1  # holds the slot while the child starts
@@ -209,9 +219,9 @@ class VerifyPool:
                 self._starting -= 1
                 self._cond.notify()
 
-    def _room(self) -> bool:
-        """Whether another child may start (call with the lock held)."""
-        return len(self._alive) + self._starting < self.max_workers
+    def _room(self, limit: int | None = None) -> bool:
+        """Whether another child may start, ``limit`` children at most (call with the lock held)."""
+        return len(self._alive) + self._starting < (self.max_workers if limit is None else limit)
 
     def verify(self, gold: str, answer: str, timeout_s: float) -> bool:
         """Whether math-verify finds ``answer`` equal to ``gold`` (both with math delimiters).
@@ -219,19 +229,16 @@ class VerifyPool:
         Raises:
             VerifyTimeout: the check used ``timeout_s`` of CPU time (the child was killed and is replaced).
             VerifyFailed: math-verify raised on the input, or its child died.
-            JudgeError: no child could be started, or no verdict came within :data:`WALL_FACTOR` x
-                ``timeout_s`` of wall clock, waiting for a child included, while the check was still
-                under its CPU time (infrastructure: the machine or the pool is saturated).
+            JudgeError: no child could be started; or :data:`MAX_CHILDREN` were busy for :data:`WALL_FACTOR`
+                x ``timeout_s``; or no verdict came within :data:`WALL_FACTOR` x ``timeout_s`` of wall clock
+                from the check's start while it was still under its CPU time (infrastructure: the machine or
+                the pool is saturated).
         """
         self.requests += 1
-        deadline = time.monotonic() + WALL_FACTOR * timeout_s
-        child = self._take(deadline)
+        child = self._take(timeout_s, time.monotonic() + WALL_FACTOR * timeout_s)
         try:
-            if not child.ready:  # a child's start is not part of the bound
-                started = time.monotonic()
-                child.wait_ready()
-                deadline += time.monotonic() - started
-            result = child.ask(gold, answer, timeout_s, deadline)
+            child.wait_ready()  # a child's start is not part of the bound
+            result = child.ask(gold, answer, timeout_s, time.monotonic() + WALL_FACTOR * timeout_s)
         except BaseException as exc:
             if isinstance(exc, VerifyFailed) and child.alive():  # it answered with an error: still in step
                 self._give_back(child)
@@ -264,9 +271,16 @@ class VerifyPool:
 
     def _give_back(self, child: _Child) -> None:
         with self._cond:
-            if self._pid == os.getpid() and child in self._alive:
+            extra = len(self._alive) > self.max_workers  # one started by a request that waited: ended
+            if self._pid == os.getpid() and child in self._alive and not extra:
                 self._idle.append(child)
-            self._cond.notify()
+                self._cond.notify()
+                return
+        if extra:
+            self._discard(child)
+        else:
+            with self._cond:
+                self._cond.notify()
 
     def close(self) -> None:
         """Kill every child, idle or busy (a busy request then fails as a dead child)."""

@@ -106,15 +106,17 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
     """Whether ``answer`` equals ``gold``, and why.
 
     An answer written with digits or numerals other than ASCII 0-9 (``١٨``, ``²``) is wrong, as in the
-    official scorers. In order: plain numbers compare exactly as fractions; both sides are cleaned
+    official scorers, and so is an equation two of whose sides are different plain numbers (``152 = 151``).
+    In order: plain numbers compare exactly as fractions; both sides are cleaned
     (:func:`prm_gym.rewards.math_norm.clean`) and compared as exact numbers, then by the MATH
     grader's normalised string; only what is left goes to math-verify, in a child process killed
-    at ``timeout_s`` (:mod:`prm_gym.rewards.math_worker`), with math delimiters around both sides.
-    An answer that times out, crashes the check, or is too long or deep is the agent's: it scores
-    wrong, with the reason.
+    when the check has used ``timeout_s`` of CPU time (:mod:`prm_gym.rewards.math_worker`), with math
+    delimiters around both sides. An answer that uses its CPU time, crashes the check, or is too long or
+    deep is the agent's: it scores wrong, with the reason.
 
     Raises:
-        JudgeError: the checking process could not be started (infrastructure).
+        JudgeError: infrastructure: the checking process could not be started, or the machine or the
+            pool is saturated (no verdict within the wall-clock bound while under the CPU time).
     """
     if _foreign_digits(answer) and not _foreign_digits(gold):
         return False, "digits or numerals other than ASCII 0-9 (the official scorers do not read them)"
@@ -122,10 +124,10 @@ def math_verdict(gold: str, answer: str, timeout_s: float = 5.0) -> tuple[bool, 
     if g is not None and a is not None:
         return g == a, "exact number"
     gc, ac = _gold_clean(gold), math_norm.clean(answer)
-    if "=" in ac and "=" not in gc:
+    if "=" in ac and "=" not in gc and "%" not in answer:  # cleaning drops \%: 0.25 = 25\% is true
         sides = [math_norm.number(side) for side in ac.split("=")]
         if len({n for n in sides if n is not None}) > 1:  # 152 = 151 (math-verify reads the last side)
-            return False, "a false equation: its sides are different numbers"
+            return False, "a false equation: two of its sides are different plain numbers"
     gn, an = math_norm.number(gc), math_norm.number(ac)
     if gn is not None and an is None:  # a number asked for: one number with unit words counts
         split = math_norm.trailing_words(ac)

@@ -94,7 +94,8 @@ def default_hidden() -> list[str]:
     return [p for p in dict.fromkeys(paths) if p != "/" and os.path.isdir(p)]
 
 
-def site_dirs() -> list[str]:
+@lru_cache(maxsize=1)
+def site_dirs() -> tuple[str, ...]:
     """The host Pythons' package folders (this interpreter's base install, Debian's and /usr/local's).
 
     A sandbox without ``site`` never imports from them, and hides them: a package installed into the
@@ -106,7 +107,7 @@ def site_dirs() -> list[str]:
     for root in ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64"):
         for kind in ("site-packages", "dist-packages"):
             paths.update(glob.glob(f"{root}/python3*/{kind}"))
-    return sorted(p for p in paths if os.path.isdir(p))
+    return tuple(sorted(p for p in paths if os.path.isdir(p)))
 
 
 class BwrapSandbox(WorkerSandbox):
@@ -146,7 +147,7 @@ class BwrapSandbox(WorkerSandbox):
         self.bwrap = bwrap or find_bwrap()
         self.python = python or os.path.realpath(sys.executable)
         self.flags = ["-I"] if site else ["-I", "-S"]
-        self.hide = list(default_hidden() + ([] if site else site_dirs()) if hide is None else hide)
+        self.hide = list([*default_hidden(), *([] if site else site_dirs())] if hide is None else hide)
         prefix = os.path.realpath(sys.base_prefix) if python is None else os.path.dirname(os.path.dirname(self.python))
         self.ro_binds = [p for p in dict.fromkeys([prefix, *ro_binds]) if os.path.exists(p)]
         self.cgroups: MemoryCgroups | None = find_memory_cgroup() if memory_cgroup is not False else None

@@ -112,8 +112,9 @@ def sample_trees(
     """
     out = RolloutUnit()
     m = cfg.num_trees
-    envs = [make_env() for _ in range(len(task_ids) * m)]
+    envs: list[Any] = []
     try:
+        envs.extend(make_env() for _ in range(len(task_ids) * m))  # those made before one fails are closed too
         roots_tasks = [tid for tid in task_ids for _ in range(m)]
         roots_seeds = [s for s in seeds for _ in range(m)]
         chains = rollout(

@@ -50,6 +50,11 @@ def test_the_study_shrinks_to_fit_what_the_budget_has_left() -> None:
     assert (floor["steps"], floor["eval_tasks"]) == (1, 50) and "may not fit" in floor["note"]
     blind = gpu_check.plan({"sft_s": 1.0}, 400.0, dry_run=False)
     assert (blind["steps"], blind["eval_tasks"]) == (4, 125) and blind["estimate_s"] is None
+    # RFT's second round (make decisive's recipe) plays GRPO's episodes again: steps x rollout more, less the
+    # one step of them the calibration's rft_s already holds
+    one, two = (gpu_check.estimate(CAL, 16, 500, 0.5, 16, rft_rounds=r) for r in (1, 2))
+    assert two - one == 15 * CAL["rollout_s"] + 12
+    assert gpu_check.plan(CAL, 400.0, dry_run=False, rft_rounds=2)["steps"] <= tight["steps"]
 
 
 def test_the_calibration_is_read_off_the_times_of_its_output_lines(tmp_path: Path) -> None:
