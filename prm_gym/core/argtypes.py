@@ -4,36 +4,33 @@ or a surprise (``--episodes -1`` sliced a task list from its end; ``--port 99999
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
+
+
+def _number(text: str, cast: Callable[[str], N], ok: Callable[[N], bool], why: str) -> N:
+    try:
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid {getattr(cast, '__name__', 'number')} value: {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{why}, got {text}")
+    return value
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1 (``--episodes -1`` sliced the task list from the end)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    """An argparse type: an integer of at least 1."""
+    return _number(text, int, lambda v: v >= 1, "must be at least 1")
 
 
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number of at least 0 (a sampling temperature)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+    return _number(text, float, lambda v: v >= 0.0 and math.isfinite(v), "must be a finite number >= 0")
 
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 to 65535 (0: the system picks a free one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
-    return value
+    return _number(text, int, lambda v: 0 <= v <= 65535, "a port is 0 to 65535")
