@@ -85,7 +85,8 @@ Amended before any run."""
 CONTROL_LR = "3e-6"
 """SFT continued's learning rate in phase a (``--sft-continued-lr``): GRPO's (learn's ``--lr`` default), so
 the control takes GRPO's updates at GRPO's step size."""
-CONTROLS = ["--rft-rounds", "2", "--dynamic-sampling", "resample"]
+RFT_ROUNDS = 2
+CONTROLS = ["--rft-rounds", str(RFT_ROUNDS), "--dynamic-sampling", "resample"]
 """Phase a's recipe for the controls of issue #44 item 3, as the CPU controls ran them: the tuned RFT with its
 second round, and GRPO with DAPO's resampling (a step's groups without a signal are drawn again), so a start
 that already solves most training tasks still trains on informative groups. Amended 5 Dec 2026, before any
@@ -223,7 +224,7 @@ def combine(cals: Sequence[dict[str, float]]) -> dict[str, float]:
 def plan_study(cals: Sequence[dict[str, float]], left_s: float, dry_run: bool, max_steps: int) -> dict[str, Any]:
     """The study's size from the seeds' calibrations: make gpu-check's :func:`experiments.gpu_check.plan`
     on :func:`combine`'s times, for ``left_s`` seconds, its GRPO steps capped at ``max_steps``."""
-    study = plan(combine(cals), left_s, dry_run, rft_rounds=int(CONTROLS[CONTROLS.index("--rft-rounds") + 1]))
+    study = plan(combine(cals), left_s, dry_run, rft_rounds=RFT_ROUNDS)
     if study["steps"] > max_steps:
         study |= {"steps": max_steps, "note": f"{study['note']}; steps capped at {max_steps}"}
     return study

@@ -271,16 +271,13 @@ class VerifyPool:
 
     def _give_back(self, child: _Child) -> None:
         with self._cond:
-            extra = len(self._alive) > self.max_workers  # one started by a request that waited: ended
-            if self._pid == os.getpid() and child in self._alive and not extra:
+            ours = self._pid == os.getpid() and child in self._alive  # not a child of the process forked from
+            extra = ours and len(self._alive) > self.max_workers  # one started by a request that waited
+            if ours and not extra:
                 self._idle.append(child)
-                self._cond.notify()
-                return
+            self._cond.notify()
         if extra:
             self._discard(child)
-        else:
-            with self._cond:
-                self._cond.notify()
 
     def close(self) -> None:
         """Kill every child, idle or busy (a busy request then fails as a dead child)."""

@@ -109,13 +109,14 @@ def build_run(cfg: TrainConfig) -> Run:
     make_envs, train_ids, kinds = probe_envs(cfg, chat)
     cfg = replace(cfg, loss=declared_outcomes(cfg.loss, kinds))  # the outcome terms the judges declare
     run = Run(cfg, policy, optimizer, ref, chat, make_envs, train_ids, combine=shaping_of(cfg))
-    if not cfg.resume and (Path(cfg.output_dir) / CHECKPOINT).exists():
+    has_run = (Path(cfg.output_dir) / CHECKPOINT).exists()
+    if not cfg.resume and has_run:
         print(
             f"train-agent: warning: {cfg.output_dir} holds a run; this one starts over and replaces its checkpoint "
             "and metrics (--resume continues it instead)",
             file=sys.stderr,
         )
-    if cfg.resume and not (Path(cfg.output_dir) / CHECKPOINT).exists():
+    if cfg.resume and not has_run:
         # a restart loop that always passes --resume must recover from a kill before the first checkpoint
         print(f"train-agent: no checkpoint in {cfg.output_dir} yet; starting from scratch", file=sys.stderr)
         run.cfg = cfg = replace(cfg, resume=False)
